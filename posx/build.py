@@ -1,0 +1,80 @@
+"""The only place that turns config into objects: task, encoding, model."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from posx.encodings.base import PositionalEncoding
+from posx.errors import ConfigError, PosxError
+from posx.model.transformer import TransformerLM
+from posx.tasks.base import Task
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+def _instantiate(node: DictConfig, what: str, **kwargs: Any) -> Any:
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = _root_cause(err)
+        if isinstance(cause, PosxError):
+            raise cause from err
+        msg = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        raise ConfigError(f"cannot build {what} ({node.get('_target_')}): {msg}") from err
+
+
+def model_dims(cfg: DictConfig) -> dict[str, int]:
+    """What an encoding may need to know about the model it sits in."""
+    m = cfg.model
+    return {
+        "d_model": m.d_model,
+        "n_heads": m.n_heads,
+        "head_dim": m.d_model // m.n_heads,
+        "n_layers": m.n_layers,
+        "train_length": cfg.train.length,
+    }
+
+
+def build_task(cfg: DictConfig) -> Task:
+    task = _instantiate(cfg.task, "task")
+    if not isinstance(task, Task):
+        raise ConfigError(f"task _target_ {cfg.task._target_} does not build a posx Task")
+    return task
+
+
+def build_encoding(cfg: DictConfig) -> PositionalEncoding:
+    """Instantiates ``cfg.encoding``; a ``_partial_`` factory gets the model dims it asks for.
+
+    Only the arguments the constructor names are passed, so an encoding declares its needs
+    (``head_dim``, ``n_heads``, ...) by its signature, and the yaml carries the rest.
+    """
+    made = _instantiate(cfg.encoding, "encoding")
+    if not isinstance(made, PositionalEncoding) and callable(made):
+        params = inspect.signature(made).parameters
+        given = set(getattr(made, "keywords", {}) or {})
+        dims = {k: v for k, v in model_dims(cfg).items() if k in params and k not in given}
+        try:
+            made = made(**dims)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"cannot build encoding ({cfg.encoding._target_}): {err}") from err
+    if not isinstance(made, PositionalEncoding):
+        raise ConfigError(f"encoding _target_ {cfg.encoding._target_} does not build a PositionalEncoding")
+    return made
+
+
+def build_model(cfg: DictConfig, vocab_size: int) -> TransformerLM:
+    m = OmegaConf.to_container(cfg.model, resolve=True)
+    assert isinstance(m, dict)
+    try:
+        return TransformerLM(vocab_size=vocab_size, encoding=build_encoding(cfg), **m)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err

@@ -1,0 +1,148 @@
+"""Typed config schemas (registered in Hydra's ConfigStore) and their validation.
+
+The schemas make a misspelled key or a wrong type an error at composition time. ``encoding``
+and ``task`` stay open (``_target_`` plus the constructor's own arguments), so a user can point
+``_target_`` at their own class; their arguments are checked when they are instantiated.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from posx.errors import ConfigError
+
+CONFIG_DIR = Path(os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs"))
+GROUPS = ("model", "encoding", "task", "train", "eval", "experiment")
+
+
+@dataclass
+class ModelConfig:
+    """Decoder-only Transformer dimensions."""
+
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    d_ff: int = 256
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+    attn_block_size: int = 256
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and bookkeeping for one training run."""
+
+    length: int = 64
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    log_every: int = 10
+    checkpoint_every: int = 0
+    eval_at_end: bool = True
+    device: str = "auto"
+    threads: int = 0
+    progress: bool = True
+
+
+@dataclass
+class EvalConfig:
+    """Length sweep: which lengths, how much held-out data, in what batches."""
+
+    lengths: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
+    tokens: int = 16384
+    batch_tokens: int = 8192
+    seed: int = 1234
+
+
+@dataclass
+class PosxConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    encoding: Any = None
+    task: Any = None
+    seed: int = 0
+    root: str = "results"
+
+
+def _uid() -> str:
+    """One short id per process, so every job of a sweep agrees on its sweep directory."""
+    if "POSX_UID" not in os.environ:
+        os.environ["POSX_UID"] = secrets.token_hex(2)
+    return os.environ["POSX_UID"]
+
+
+def register() -> None:
+    """Registers the schema and the ``posx_uid`` resolver (idempotent)."""
+    ConfigStore.instance().store(name="posx_schema", node=PosxConfig)
+    if not OmegaConf.has_resolver("posx_uid"):
+        OmegaConf.register_new_resolver("posx_uid", _uid)
+
+
+def positive_lengths(values: list[Any], what: str) -> list[int]:
+    """Checks a length list: positive integers, strictly increasing."""
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ConfigError(f"{what} must be positive integers, got {v!r}")
+        out.append(v)
+    if not out:
+        raise ConfigError(f"{what} is empty; give at least one length")
+    if out != sorted(set(out)):
+        raise ConfigError(f"{what} must be strictly increasing without repeats, got {out}")
+    return out
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks what the schema's types cannot; raises :class:`ConfigError` with one line."""
+    m, t, e = cfg.model, cfg.train, cfg.eval
+    for name in ("d_model", "n_layers", "n_heads", "d_ff", "attn_block_size"):
+        if m[name] <= 0:
+            raise ConfigError(f"model.{name} must be positive, got {m[name]}")
+    if m.d_model % m.n_heads:
+        raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})")
+    for name in ("length", "steps", "batch_size", "log_every"):
+        if t[name] <= 0:
+            raise ConfigError(f"train.{name} must be positive, got {t[name]}")
+    if t.lr <= 0 or not 0 <= t.min_lr_ratio <= 1:
+        raise ConfigError(f"train.lr must be > 0 and train.min_lr_ratio in [0, 1], got {t.lr}, {t.min_lr_ratio}")
+    if t.warmup_steps < 0 or t.checkpoint_every < 0 or t.threads < 0:
+        raise ConfigError("train.warmup_steps, train.checkpoint_every and train.threads must be >= 0")
+    if t.device not in ("auto", "cpu", "cuda", "mps") and not t.device.startswith("cuda:"):
+        raise ConfigError(f"train.device must be auto, cpu, cuda, cuda:N or mps, got {t.device!r}")
+    positive_lengths(list(e.lengths), "eval.lengths")
+    if e.tokens <= 0 or e.batch_tokens <= 0:
+        raise ConfigError(f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}")
+    for group in ("encoding", "task"):
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            raise ConfigError(f"{group} config needs a _target_ (choose one with {group}=NAME)")
+
+
+def choices(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    """Option names of a config group: the yaml files in ``configs/<group>/``."""
+    return sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+
+
+def describe_option(group: str, name: str, config_dir: Path = CONFIG_DIR) -> str:
+    """The option's description: its yaml's leading ``#`` comment lines."""
+    lines = []
+    for line in (config_dir / group / f"{name}.yaml").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if not line.startswith("# @package"):
+            lines.append(line.lstrip("# ").strip())
+    return " ".join(x for x in lines if x)

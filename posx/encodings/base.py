@@ -1,0 +1,127 @@
+"""The positional-encoding contract.
+
+An encoding may touch the computation at four places; a subclass overrides only the hooks it
+needs, and the base class touches nothing (it *is* NoPE). Positions always arrive as explicit
+tensors (``[s]`` shared by the batch, or ``[b, s]``); no hook may assume ``pos == arange(s)``.
+
+Attention asks ``has_bias`` / ``has_attend`` to pick its kernel, so model code never branches
+on an encoding's name.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class PositionalEncoding(nn.Module):
+    """Base class and the NoPE encoding (no positional information at all).
+
+    Attributes:
+        max_len: Largest number of positions the encoding can represent, or ``None`` when it
+            has no limit. The evaluator reports lengths beyond it as unsupported.
+    """
+
+    max_len: int | None = None
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """Adds absolute position information to token embeddings.
+
+        Args:
+            x: Token embeddings ``[b, s, d]``.
+            pos: Positions ``[s]`` or ``[b, s]`` (integer or float).
+
+        Returns:
+            Embeddings ``[b, s, d]``.
+        """
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """Transforms queries and keys by their positions (rotary encodings).
+
+        Args:
+            q: Queries ``[b, h, sq, d_h]``.
+            k: Keys ``[b, h, sk, d_h]``.
+            q_pos: Query positions ``[sq]`` or ``[b, sq]``.
+            k_pos: Key positions ``[sk]`` or ``[b, sk]``.
+
+        Returns:
+            ``(q, k)`` with the same shapes.
+        """
+        return q, k
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Additive attention-logit bias, a function of positions only.
+
+        Called per query block, so it must depend only on the positions it is given.
+
+        Args:
+            q_pos: Query positions ``[sq]`` or ``[b, sq]``.
+            k_pos: Key positions ``[sk]`` or ``[b, sk]``.
+
+        Returns:
+            Bias ``[h, sq, sk]`` or ``[b, h, sq, sk]``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} adds no attention bias")
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Full causal attention computed by the encoding itself.
+
+        Args:
+            q: Queries ``[b, h, sq, d_h]``.
+            k: Keys ``[b, h, sk, d_h]``.
+            v: Values ``[b, h, sk, d_h]``.
+            q_pos: Query positions ``[sq]`` or ``[b, sq]``.
+            k_pos: Key positions ``[sk]`` or ``[b, sk]``.
+
+        Returns:
+            Attention output ``[b, h, sq, d_h]``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no attention override")
+
+    def for_layer(self, index: int) -> PositionalEncoding:
+        """The encoding that layer ``index`` uses: ``self`` when parameters are shared across
+        layers; encodings with per-layer parameters return that layer's part."""
+        return self
+
+    @property
+    def has_bias(self) -> bool:
+        return type(self).bias is not PositionalEncoding.bias
+
+    @property
+    def has_attend(self) -> bool:
+        return type(self).attend is not PositionalEncoding.attend
+
+    def unsupported_reason(self, length: int) -> str | None:
+        """Says why ``length`` positions cannot be evaluated, or ``None`` when they can."""
+        if self.max_len is not None and length > self.max_len:
+            return f"{type(self).__name__} has {self.max_len} positions; asked for {length}"
+        return None
+
+    def extra_repr(self) -> str:
+        return "" if self.max_len is None else f"max_len={self.max_len}"
+
+
+NoPE = PositionalEncoding
+
+
+def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """Query-minus-key distance ``i - j`` with broadcasting.
+
+    Args:
+        q_pos: ``[sq]`` or ``[b, sq]``.
+        k_pos: ``[sk]`` or ``[b, sk]``.
+
+    Returns:
+        ``[sq, sk]`` or ``[b, sq, sk]`` (non-negative where the key is visible to the query).
+    """
+    return q_pos.unsqueeze(-1) - k_pos.unsqueeze(-2)
+
+
+def add_head_dim(bias: Tensor) -> Tensor:
+    """Puts the head axis where attention expects it: ``[.., sq, sk, h] -> [.., h, sq, sk]``."""
+    return bias.movedim(-1, -3)
+
+
+def as_float(pos: Tensor) -> Tensor:
+    return pos if pos.is_floating_point() else pos.to(torch.float32)

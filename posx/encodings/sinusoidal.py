@@ -1,0 +1,44 @@
+"""Fixed sinusoidal absolute positions (Vaswani et al. 2017, "Attention Is All You Need")."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from posx.encodings.base import PositionalEncoding, as_float
+
+
+def sinusoidal_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """PE(p, 2i) = sin(p / base^(2i/d)), PE(p, 2i+1) = cos(p / base^(2i/d)).
+
+    Args:
+        pos: Positions ``[...]`` (float allowed).
+        dim: Embedding width ``d`` (even).
+        base: Wavelength base.
+
+    Returns:
+        ``[..., d]`` with sine and cosine interleaved as in the paper.
+    """
+    half = torch.arange(dim // 2, device=pos.device, dtype=torch.float32)
+    inv_freq = base ** (-2.0 * half / dim)
+    angles = as_float(pos).unsqueeze(-1) * inv_freq  # [..., d/2]
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+
+
+class Sinusoidal(PositionalEncoding):
+    """Adds the sinusoidal table to token embeddings; defined at every (float) position.
+
+    Args:
+        d_model: Model width (even).
+        base: Wavelength base (10000 in the paper).
+    """
+
+    def __init__(self, d_model: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if d_model % 2:
+            raise ValueError(f"sinusoidal encoding needs an even d_model, got {d_model}")
+        self.d_model = d_model
+        self.base = base
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + sinusoidal_table(pos, self.d_model, self.base).to(x.dtype)

@@ -1,0 +1,6 @@
+"""Model code: the decoder-only LM and its attention kernel choice."""
+
+from posx.model.attention import blocked_bias_attention, causal_attention
+from posx.model.transformer import TransformerLM
+
+__all__ = ["TransformerLM", "blocked_bias_attention", "causal_attention"]

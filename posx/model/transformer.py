@@ -1,0 +1,122 @@
+"""A small decoder-only pre-norm Transformer language model.
+
+The model receives its positional encoding as an object and positions as a tensor; it never
+reads config and never asks which encoding it holds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posx.encodings.base import PositionalEncoding
+from posx.model.attention import causal_attention
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, block_size: int) -> None:
+        super().__init__()
+        self.n_heads, self.block_size = n_heads, block_size
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, pos: Tensor, encoding: PositionalEncoding) -> Tensor:
+        """``x [b, s, d]``, ``pos [s]`` or ``[b, s]`` -> ``[b, s, d]``."""
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        out = causal_attention(q, k, v, pos, pos, encoding, self.block_size)  # [b, h, s, d_h]
+        return self.drop(self.proj(out.transpose(1, 2).reshape(b, s, d)))
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, block_size: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = SelfAttention(d_model, n_heads, dropout, block_size)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.fc = nn.Linear(d_model, d_ff, bias=False)
+        self.out = nn.Linear(d_ff, d_model, bias=False)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, pos: Tensor, encoding: PositionalEncoding) -> Tensor:
+        x = x + self.attn(self.norm1(x), pos, encoding)
+        return x + self.drop(self.out(F.gelu(self.fc(self.norm2(x)))))
+
+
+class TransformerLM(nn.Module):
+    """Token embedding, ``n_layers`` pre-norm blocks, final norm, LM head.
+
+    Args:
+        vocab_size: Number of token ids.
+        encoding: Positional encoding; layer ``i`` uses ``encoding.for_layer(i)``.
+        d_model: Residual width.
+        n_layers: Number of blocks.
+        n_heads: Attention heads (must divide ``d_model``).
+        d_ff: MLP hidden width.
+        dropout: Dropout on residual branches and embeddings.
+        tie_embeddings: Share the token embedding with the output head.
+        attn_block_size: Query block size on the biased attention path.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        encoding: PositionalEncoding,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 4,
+        d_ff: int = 256,
+        dropout: float = 0.0,
+        tie_embeddings: bool = True,
+        attn_block_size: int = 256,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model = d_model
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_heads, d_ff, dropout, attn_block_size) for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        if tie_embeddings:
+            self.head.weight = self.tok.weight
+        # Initialise the model's own weights only: encodings own their parameters' init.
+        for module in (self.tok, self.blocks, self.norm, self.head):
+            module.apply(self._init)
+        for block in self.blocks:  # GPT-2: shrink residual projections with depth
+            for proj in (block.attn.proj, block.out):
+                nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layers))
+        self.encoding = encoding
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def forward(self, tokens: Tensor, pos: Tensor | None = None) -> Tensor:
+        """Next-token logits.
+
+        Args:
+            tokens: Token ids ``[b, s]``.
+            pos: Positions ``[s]`` or ``[b, s]``; ``arange(s)`` when omitted.
+
+        Returns:
+            Logits ``[b, s, vocab]``.
+        """
+        if pos is None:
+            pos = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.encoding.embed(self.tok(tokens), pos)
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, pos, self.encoding.for_layer(i))
+        return self.head(self.norm(x))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,58 @@
+"""The Task contract: seeded batches of token ids with a loss mask, for any sequence length."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Batch:
+    """Inputs and next-token targets; ``mask`` marks the targets that are scored.
+
+    Attributes:
+        inputs: Token ids ``[b, s]``.
+        targets: Token ids ``[b, s]`` (``inputs`` shifted by one).
+        mask: Bool ``[b, s]``; True where the target counts for loss and metrics.
+    """
+
+    inputs: Tensor
+    targets: Tensor
+    mask: Tensor
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device))
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def __getitem__(self, rows: slice) -> Batch:
+        return Batch(self.inputs[rows], self.targets[rows], self.mask[rows])
+
+
+class Task(ABC):
+    """A source of training and evaluation sequences.
+
+    ``length`` always counts input tokens. Subclasses set ``vocab_size``; ``exact_match`` says
+    whether a sequence has one right answer (synthetic tasks), and ``bytes_per_token`` converts
+    loss to bits per byte where tokens are text.
+    """
+
+    vocab_size: int
+    exact_match: bool = False
+    bytes_per_token: float | None = None
+
+    @abstractmethod
+    def train_batch(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
+        """A random training batch of ``batch_size`` sequences of ``length`` tokens."""
+
+    @abstractmethod
+    def eval_set(self, length: int, num_sequences: int, seed: int) -> Batch:
+        """Fixed held-out sequences: identical for every run given ``(length, seed)``."""
+
+    def describe(self) -> dict[str, object]:
+        """Facts about the data worth recording with a run (corpus size, length mapping)."""
+        return {}
