@@ -31,14 +31,18 @@ class Sinusoidal(PositionalEncoding):
     Args:
         d_model: Model width (even).
         base: Wavelength base (10000 in the paper).
+        scale: Multiplies the table; ``None`` means ``d_model ** -0.5``. The paper adds the
+            table at unit amplitude to embeddings scaled by ``sqrt(d_model)``; with GPT-style
+            small embedding init (std 0.02) the same balance needs the table scaled down.
     """
 
-    def __init__(self, d_model: int, base: float = 10000.0) -> None:
+    def __init__(self, d_model: int, base: float = 10000.0, scale: float | None = None) -> None:
         super().__init__()
         if d_model % 2:
             raise ValueError(f"sinusoidal encoding needs an even d_model, got {d_model}")
         self.d_model = d_model
         self.base = base
+        self.scale = d_model**-0.5 if scale is None else scale
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        return x + sinusoidal_table(pos, self.d_model, self.base).to(x.dtype)
+        return x + self.scale * sinusoidal_table(pos, self.d_model, self.base).to(x.dtype)

@@ -1,0 +1,44 @@
+# posx — make help lists the targets.
+PYTHON      ?= python3
+VENV        ?= .venv
+# The torch build to install first. The default is the CPU wheel; a GPU user overrides it,
+# e.g. `make install TORCH_SPEC="torch==2.13.0" TORCH_INDEX=https://download.pytorch.org/whl/cu126`.
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+BIN         := $(VENV)/bin
+STAMP       := $(VENV)/.posx-installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test test-slow lint format clean
+
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -c "import torch" 2>/dev/null || \
+		$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[dev,plots]"
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv, install the pinned torch, then posx with dev extras (idempotent)
+
+demo: $(STAMP) ## Train nope/sinusoidal/rope/alibi at 64 bytes, evaluate at 64..512, print the table
+	@bash scripts/demo.sh
+
+test: $(STAMP) ## Run the test suite (slow tests excluded)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP) ## Run only the slow tests
+	$(BIN)/python -m pytest -q -m slow
+
+lint: $(STAMP) ## ruff check + format check
+	$(BIN)/ruff check posx tests scripts
+	$(BIN)/ruff format --check posx tests scripts
+
+format: $(STAMP) ## Apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix posx tests scripts
+	$(BIN)/ruff format posx tests scripts
+
+clean: ## Remove the venv and caches (results/ is kept)
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,59 @@
+"""Shared fixtures: a tiny config that trains in seconds, and a CLI runner in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY = [
+    "task=copy",
+    "model.d_model=32",
+    "model.n_layers=1",
+    "model.n_heads=4",
+    "model.d_ff=64",
+    "train.length=16",
+    "train.steps=30",
+    "train.batch_size=8",
+    "train.warmup_steps=5",
+    "train.log_every=10",
+    "train.progress=false",
+    "eval.lengths=[16,32]",
+    "eval.tokens=256",
+]
+
+
+@pytest.fixture
+def tiny_overrides(tmp_path: Path) -> list[str]:
+    """Overrides for a ~2 s copy-task run whose results land in ``tmp_path``."""
+    return [*TINY, f"root={tmp_path}"]
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path: Path):
+    """The composed config of the tiny run (no Hydra app, no files written)."""
+    from posx.launch import compose_config
+
+    return compose_config([*TINY, f"root={tmp_path}"])
+
+
+def run_posx(*args: str, cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
+    """Runs ``python -m posx ARGS`` as a user would; returns the finished process."""
+    env = {**os.environ, "POSX_DEBUG": "0", "HYDRA_FULL_ERROR": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "posx", *args], cwd=cwd or REPO, env=env,
+        capture_output=True, text=True, timeout=300,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"posx {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def posx():
+    return run_posx

@@ -1,0 +1,74 @@
+"""A user's path through the CLI: train -> eval -> report, a 2-encoding sweep, list."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+
+
+def only_run(root: Path) -> Path:
+    runs = [p.parent for p in root.rglob("run.json")]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_train_eval_report(posx, tiny_overrides, tmp_path):
+    posx("train", "encoding=alibi", *tiny_overrides, check=True)
+    run = only_run(tmp_path)
+    assert run.parent == tmp_path / "runs" and run.name.startswith("copy_alibi_L16_s0_")
+    assert (run / ".hydra" / "config.yaml").is_file()
+    assert (run / "checkpoint" / "model.safetensors").is_file()
+    metrics = pd.read_csv(run / "metrics.csv")
+    assert list(metrics["step"]) == [10, 20, 30]
+    assert metrics["loss"].iloc[-1] < metrics["loss"].iloc[0]
+    info = json.loads((run / "run.json").read_text())
+    assert info["encoding"] == "alibi" and info["status"] == "trained"
+
+    # training already evaluated at eval.lengths; eval adds a length and replaces the others
+    out = posx("eval", str(run), "--lengths", "16,32,64", check=True)
+    assert "L=64" in out.stdout
+    rows = pd.read_csv(run / "eval.csv")
+    assert sorted(rows["eval_length"]) == [16, 32, 64]
+    assert set(rows["status"]) == {"ok"} and set(rows["mode"]) == {"full"}
+    assert rows["exact_match"].between(0, 1).all() and (rows["tokens"] > 0).all()
+
+    # an eval-time override is a separate row, recorded as such
+    posx("eval", str(run), "--lengths", "16", "eval.seed=7", check=True)
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    assert len(rows) == 4 and "eval.seed=7" in set(rows["overrides"])
+
+    csv = posx("report", "--root", str(tmp_path), "--format", "csv", "--metric", "loss", check=True)
+    table = pd.read_csv(io.StringIO(csv.stdout), keep_default_na=False)
+    assert set(table["variant"]) == {"alibi", "alibi [eval.seed=7]"}
+    assert (table["n"] == 1).all()
+    md = posx("report", "--root", str(tmp_path), "--format", "md", check=True).stdout
+    assert "| alibi |" in md and "L=64" in md
+
+
+def test_sweep_of_two_encodings(posx, tiny_overrides, tmp_path):
+    posx("train", "-m", "encoding=nope,rope", *tiny_overrides, check=True)
+    runs = sorted(p.parent.name for p in (tmp_path / "sweeps").rglob("run.json"))
+    assert len(runs) == 2 and runs[0].startswith("copy_nope_") and runs[1].startswith("copy_rope_")
+    out = posx("report", "--root", str(tmp_path), "--format", "csv", check=True).stdout
+    table = pd.read_csv(io.StringIO(out))
+    assert set(table["variant"]) == {"nope", "rope"} and set(table["metric"]) == {"exact_match"}
+
+
+def test_learned_is_unsupported_past_its_table(posx, tiny_overrides, tmp_path):
+    posx("train", "encoding=learned", *tiny_overrides, check=True)
+    rows = pd.read_csv(only_run(tmp_path) / "eval.csv", keep_default_na=False)
+    by_len = rows.set_index("eval_length")
+    assert by_len.loc[16, "status"] == "ok"
+    assert by_len.loc[32, "status"] == "unsupported" and "16 positions" in by_len.loc[32, "reason"]
+    out = posx("report", "--root", str(tmp_path), check=True).stdout
+    assert "unsupported" in out
+
+
+def test_list_shows_every_encoding_with_description(posx):
+    out = posx("list", "encoding", check=True).stdout
+    for name in ("nope", "sinusoidal", "learned", "rope", "alibi", "t5"):
+        assert name in out
+    assert "Press et al. 2022" in out
