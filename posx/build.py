@@ -67,7 +67,9 @@ def build_encoding(cfg: DictConfig) -> PositionalEncoding:
         except (TypeError, ValueError) as err:
             raise ConfigError(f"cannot build encoding ({cfg.encoding._target_}): {err}") from err
     if not isinstance(made, PositionalEncoding):
-        raise ConfigError(f"encoding _target_ {cfg.encoding._target_} does not build a PositionalEncoding")
+        raise ConfigError(
+            f"encoding _target_ {cfg.encoding._target_} does not build a PositionalEncoding"
+        )
     return made
 
 

@@ -50,16 +50,24 @@ def parse_lengths(text: str) -> list[int]:
         try:
             values.append(int(part.strip()))
         except ValueError as err:
-            raise ConfigError(f"--lengths must be comma-separated positive integers, got {part!r}") from err
+            raise ConfigError(
+                f"--lengths must be comma-separated positive integers, got {part!r}"
+            ) from err
     return positive_lengths(values, "--lengths")
 
 
 @app.command("eval", context_settings=PASS_THROUGH)
 def eval_(
     ctx: typer.Context,
-    runs: list[Path] = typer.Argument(None, help="Run directories (default: every run under --root)."),
-    lengths: str = typer.Option(None, "--lengths", "-l", help="e.g. 512,1024,2048 (default: each run's eval.lengths)."),
-    root: Path = typer.Option(Path("results"), "--root", help="Where to look for runs when none are named."),
+    runs: list[Path] = typer.Argument(
+        None, help="Run directories (default: every run under --root)."
+    ),
+    lengths: str = typer.Option(
+        None, "--lengths", "-l", help="e.g. 512,1024,2048 (default: each run's eval.lengths)."
+    ),
+    root: Path = typer.Option(
+        Path("results"), "--root", help="Where to look for runs when none are named."
+    ),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
 ) -> None:
     """Evaluate trained runs at longer lengths; writes each run's eval.csv.
@@ -76,7 +84,9 @@ def eval_(
     overrides += [str(r) for r in runs or [] if "=" in str(r) and not Path(r).exists()]
     named = [r for r in runs or [] if str(r) not in overrides]
     if stray:
-        raise ConfigError(f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value")
+        raise ConfigError(
+            f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
+        )
     asked = parse_lengths(lengths) if lengths else None
     if named:
         for run in named:
@@ -97,7 +107,9 @@ def eval_(
         run_lengths = asked or list(run_config(run).eval.lengths)
         rows = evaluate_run(run, run_lengths, overrides, device=device)
         cells = "  ".join(
-            f"L={r['eval_length']}: {r['loss']:.3f}" if r["status"] == "ok" else f"L={r['eval_length']}: {r['status']}"
+            f"L={r['eval_length']}: {r['loss']:.3f}"
+            if r["status"] == "ok"
+            else f"L={r['eval_length']}: {r['status']}"
             for r in rows
         )
         console.print(f"[bold]{run.name}[/] loss  {cells}")
@@ -106,8 +118,12 @@ def eval_(
 
 @app.command()
 def report(
-    root: Path = typer.Option(Path("results"), "--root", help="Results root (every eval.csv below it)."),
-    metric: str = typer.Option("auto", "--metric", help="auto, loss, ppl, bpb, acc or exact_match."),
+    root: Path = typer.Option(
+        Path("results"), "--root", help="Results root (every eval.csv below it)."
+    ),
+    metric: str = typer.Option(
+        "auto", "--metric", help="auto, loss, ppl, bpb, acc or exact_match."
+    ),
     fmt: str = typer.Option("rich", "--format", help="rich, md or csv."),
     output: Path = typer.Option(None, "--output", "-o", help="Write the table to this file."),
 ) -> None:
@@ -134,7 +150,9 @@ def report(
 
 
 @app.command("list")
-def list_(group: str = typer.Argument(None, help="encoding, task, model, train, eval or experiment.")) -> None:
+def list_(
+    group: str = typer.Argument(None, help="encoding, task, model, train, eval or experiment."),
+) -> None:
     """Show the available options of each config group with their descriptions."""
     from rich.table import Table
 

@@ -18,7 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from posx.errors import ConfigError
 
-CONFIG_DIR = Path(os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs"))
+CONFIG_DIR = Path(
+    os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs")
+)
 GROUPS = ("model", "encoding", "task", "train", "eval", "experiment")
 
 
@@ -113,19 +115,27 @@ def validate(cfg: DictConfig) -> None:
         if m[name] <= 0:
             raise ConfigError(f"model.{name} must be positive, got {m[name]}")
     if m.d_model % m.n_heads:
-        raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})")
+        raise ConfigError(
+            f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})"
+        )
     for name in ("length", "steps", "batch_size", "log_every"):
         if t[name] <= 0:
             raise ConfigError(f"train.{name} must be positive, got {t[name]}")
     if t.lr <= 0 or not 0 <= t.min_lr_ratio <= 1:
-        raise ConfigError(f"train.lr must be > 0 and train.min_lr_ratio in [0, 1], got {t.lr}, {t.min_lr_ratio}")
+        raise ConfigError(
+            f"train.lr must be > 0 and train.min_lr_ratio in [0, 1], got {t.lr}, {t.min_lr_ratio}"
+        )
     if t.warmup_steps < 0 or t.checkpoint_every < 0 or t.threads < 0:
-        raise ConfigError("train.warmup_steps, train.checkpoint_every and train.threads must be >= 0")
+        raise ConfigError(
+            "train.warmup_steps, train.checkpoint_every and train.threads must be >= 0"
+        )
     if t.device not in ("auto", "cpu", "cuda", "mps") and not t.device.startswith("cuda:"):
         raise ConfigError(f"train.device must be auto, cpu, cuda, cuda:N or mps, got {t.device!r}")
     positive_lengths(list(e.lengths), "eval.lengths")
     if e.tokens <= 0 or e.batch_tokens <= 0:
-        raise ConfigError(f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}")
+        raise ConfigError(
+            f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}"
+        )
     for group in ("encoding", "task"):
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or "_target_" not in node:

@@ -122,7 +122,11 @@ def evaluate_model(
         else:
             try:
                 row.update(evaluate_length(model, task, length, ecfg, device))
-            except (RuntimeError, ValueError, PosxError) as err:  # e.g. out of memory at this length
+            except (
+                RuntimeError,
+                ValueError,
+                PosxError,
+            ) as err:  # e.g. out of memory at this length
                 row.update(status="failed", reason=str(err).strip().splitlines()[0][:300])
         rows.append(row)
     return rows
@@ -139,7 +143,9 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         try:
             OmegaConf.update(cfg, o.key_or_group, o.value(), force_add=o.is_add())
         except OmegaConfBaseException as err:
-            raise ConfigError(f"bad eval override {o.input_line!r}: {str(err).splitlines()[0]}") from err
+            raise ConfigError(
+                f"bad eval override {o.input_line!r}: {str(err).splitlines()[0]}"
+            ) from err
     return cfg
 
 

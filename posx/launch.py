@@ -30,11 +30,34 @@ from posx.results import write_json
 register()
 
 # Hydra flags that take a value; ``-m``/``--multirun`` and friends take none.
-_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                "--config-dir", "-cd", "--info", "-i", "--experimental-rerun", "--shell-completion",
-                "-sc"}
-_NO_CHECK_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--info", "-i", "--shell-completion",
-                   "-sc", "--experimental-rerun"}
+_VALUE_FLAGS = {
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--info",
+    "-i",
+    "--experimental-rerun",
+    "--shell-completion",
+    "-sc",
+}
+_NO_CHECK_FLAGS = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--version",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+    "--experimental-rerun",
+}
 FAILED: list[str] = []  # runs of this process's sweep that failed (for the exit code)
 
 
@@ -96,7 +119,11 @@ def check_overrides(overrides: list[str], build: bool = True) -> None:
         if key.lstrip("+~").startswith("hydra"):
             continue
         try:
-            values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+            values = (
+                list(o.sweep_string_iterator())
+                if o.is_sweep_override()
+                else [o.get_value_element_as_str()]
+            )
         except HydraException:  # glob() and other sweeps Hydra expands itself
             continue
         for v in values:
@@ -130,12 +157,18 @@ def hydra_train(cfg: DictConfig) -> float | None:
         validate(cfg)
         return train(cfg, run_dir, _names())["final_loss"]
     except Exception as err:
-        message = one_line(err) if isinstance(err, PosxError) else f"{type(err).__name__}: {one_line(err)}"
+        message = (
+            one_line(err)
+            if isinstance(err, PosxError)
+            else f"{type(err).__name__}: {one_line(err)}"
+        )
         info_path = run_dir / "run.json"
         try:
             import json
 
-            info = json.loads(info_path.read_text()) if info_path.is_file() else {"run": run_dir.name}
+            info = (
+                json.loads(info_path.read_text()) if info_path.is_file() else {"run": run_dir.name}
+            )
             write_json(info_path, {**info, "status": "failed", "error": message})
         except OSError:
             pass

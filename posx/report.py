@@ -30,7 +30,9 @@ def pick_metric(df: pd.DataFrame, metric: str) -> str:
 def label(row: pd.Series) -> str:
     """Encoding name plus its eval-time overrides, so variants never merge silently."""
     extra = row.get("overrides", "")
-    return f"{row['encoding']} [{extra}]" if isinstance(extra, str) and extra else str(row["encoding"])
+    return (
+        f"{row['encoding']} [{extra}]" if isinstance(extra, str) and extra else str(row["encoding"])
+    )
 
 
 def summarize(df: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -44,7 +46,11 @@ def summarize(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     ok = df[df["status"] == "ok"]
     keys = [*GROUP, "variant", "eval_length"]
     stats = ok.groupby(keys)[metric].agg(mean="mean", std="std", n="count").reset_index()
-    bad = df[df["status"] != "ok"].groupby(keys).agg(status=("status", "first"), reason=("reason", "first"))
+    bad = (
+        df[df["status"] != "ok"]
+        .groupby(keys)
+        .agg(status=("status", "first"), reason=("reason", "first"))
+    )
     out = stats.merge(bad.reset_index(), on=keys, how="outer")
     out["status"] = out["status"].fillna("ok")
     out["reason"] = out["reason"].fillna("")
@@ -65,7 +71,9 @@ def pivot(summary: pd.DataFrame) -> list[tuple[dict[str, Any], pd.DataFrame, set
     for key, part in summary.groupby(GROUP, sort=True):
         metric = part["metric"].iloc[0]
         lengths = sorted(part["eval_length"].unique())
-        wide = pd.DataFrame(index=sorted(part["variant"].unique()), columns=[str(x) for x in lengths])
+        wide = pd.DataFrame(
+            index=sorted(part["variant"].unique()), columns=[str(x) for x in lengths]
+        )
         for r in part.itertuples():
             wide.loc[r.variant, str(r.eval_length)] = cell_text(r.mean, r.std, r.n, r.status)
         wide.insert(0, "n", part.groupby("variant")["n"].max().reindex(wide.index).astype(int))
@@ -79,8 +87,10 @@ def pivot(summary: pd.DataFrame) -> list[tuple[dict[str, Any], pd.DataFrame, set
 
 def title(meta: dict[str, Any]) -> str:
     arrow = "lower is better" if LOWER_IS_BETTER[meta["metric"]] else "higher is better"
-    return (f"{meta['task']} · model {meta['model']} · trained at {meta['train_length']} · "
-            f"mode {meta['mode']} · {meta['metric']} ({arrow})")
+    return (
+        f"{meta['task']} · model {meta['model']} · trained at {meta['train_length']} · "
+        f"mode {meta['mode']} · {meta['metric']} ({arrow})"
+    )
 
 
 def to_rich(tables: list) -> list[Table]:
@@ -108,8 +118,12 @@ def to_markdown(tables: list) -> str:
     parts = []
     for meta, wide, best in tables:
         header = ["encoding", "n", *(f"L={c}" for c in wide.columns[1:])]
-        lines = [f"**{title(meta)}**", "", "| " + " | ".join(header) + " |",
-                 "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+        lines = [
+            f"**{title(meta)}**",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+        ]
         for variant, row in wide.iterrows():
             cells = [str(variant), str(row["n"])]
             for col in wide.columns[1:]:

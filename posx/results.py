@@ -66,7 +66,9 @@ def save_checkpoint(
         save_model(model, str(tmp / "model.safetensors"))
         tensors, meta = _flatten_optimizer(optimizer)
         save_file(tensors, str(tmp / "optimizer.safetensors"))
-        write_json(tmp / "trainer.json", {"schema_version": SCHEMA_VERSION, **state, "optimizer": meta})
+        write_json(
+            tmp / "trainer.json", {"schema_version": SCHEMA_VERSION, **state, "optimizer": meta}
+        )
         old = run_dir / f".{CHECKPOINT}.old"
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():
@@ -108,7 +110,9 @@ def load_checkpoint(
         state = json.loads((path / "trainer.json").read_text())
         missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
     except (OSError, ValueError, RuntimeError) as err:
-        raise PosxError(f"checkpoint in {run_dir} is unreadable or does not fit the model: {err}") from err
+        raise PosxError(
+            f"checkpoint in {run_dir} is unreadable or does not fit the model: {err}"
+        ) from err
     if missing or unexpected:
         raise PosxError(
             f"checkpoint in {run_dir} does not fit its config: missing {sorted(missing)[:3]}, "
@@ -163,7 +167,7 @@ def merge_rows(path: Path, rows: Iterable[dict[str, Any]], keys: list[str]) -> p
     new = pd.DataFrame(list(rows))
     if path.is_file():
         old = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        key_of = lambda df: df[keys].astype(str).agg("|".join, axis=1)  # noqa: E731
+        key_of = lambda df: df[keys].fillna("").astype(str).agg("|".join, axis=1)  # noqa: E731
         old = old[~key_of(old).isin(set(key_of(new)))]
         new = pd.concat([old, new], ignore_index=True)
     write_csv(path, new)

@@ -44,7 +44,9 @@ def masked_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
 
-def make_optimizer(model: torch.nn.Module, cfg: DictConfig, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(
+    model: torch.nn.Module, cfg: DictConfig, device: torch.device
+) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not norms, biases or scalar tables)."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
@@ -57,7 +59,9 @@ def make_optimizer(model: torch.nn.Module, cfg: DictConfig, device: torch.device
     return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=betas, fused=device.type == "cuda")
 
 
-def run_meta(cfg: DictConfig, run_dir: Path, names: dict[str, str], task_info: dict) -> dict[str, Any]:
+def run_meta(
+    cfg: DictConfig, run_dir: Path, names: dict[str, str], task_info: dict
+) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "posx_version": __version__,
@@ -100,9 +104,14 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, An
     rows: list[dict[str, Any]] = []
     tokens_seen, start, window_start, window_tokens = 0, time.perf_counter(), time.perf_counter(), 0
     progress = Progress(
-        TextColumn(f"[bold]{run_dir.name}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("{task.fields[tps]:,.0f} tok/s"),
-        TimeRemainingColumn(), disable=not t.progress, transient=False,
+        TextColumn(f"[bold]{run_dir.name}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TextColumn("{task.fields[tps]:,.0f} tok/s"),
+        TimeRemainingColumn(),
+        disable=not t.progress,
+        transient=False,
     )
     with progress:
         bar = progress.add_task("train", total=t.steps, loss=float("nan"), tps=0.0)
@@ -116,7 +125,9 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, An
                 logits = model(batch.inputs)
             loss = masked_loss(logits, batch)
             if not torch.isfinite(loss):
-                raise PosxError(f"loss became {loss.item()} at step {step}; the last checkpoint is kept")
+                raise PosxError(
+                    f"loss became {loss.item()} at step {step}; the last checkpoint is kept"
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.grad_clip > 0:
@@ -130,8 +141,16 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, An
                 now = time.perf_counter()
                 tps = window_tokens / max(now - window_start, 1e-9)
                 window_start, window_tokens = now, 0
-                rows.append({"step": done, "loss": loss.item(), "lr": lr, "tokens": tokens_seen,
-                             "tokens_per_s": tps, "seconds": now - start})
+                rows.append(
+                    {
+                        "step": done,
+                        "loss": loss.item(),
+                        "lr": lr,
+                        "tokens": tokens_seen,
+                        "tokens_per_s": tps,
+                        "seconds": now - start,
+                    }
+                )
                 write_csv(run_dir / "metrics.csv", pd.DataFrame(rows))
                 progress.update(bar, completed=done, loss=rows[-1]["loss"], tps=tps)
             if t.checkpoint_every and done % t.checkpoint_every == 0 and done < t.steps:
@@ -140,8 +159,12 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, An
     seconds = time.perf_counter() - start
     save_checkpoint(run_dir, model, optimizer, {"step": t.steps, "tokens": tokens_seen})
     # Throughput over the whole run, first steps (allocator warm-up) included.
-    summary = {"final_loss": rows[-1]["loss"], "tokens_per_s": tokens_seen / seconds,
-               "seconds": seconds, "parameters": meta["parameters"]}
+    summary = {
+        "final_loss": rows[-1]["loss"],
+        "tokens_per_s": tokens_seen / seconds,
+        "seconds": seconds,
+        "parameters": meta["parameters"],
+    }
     write_json(run_dir / "run.json", {**meta, "status": "trained", **summary})
 
     if t.eval_at_end:

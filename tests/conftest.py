@@ -42,12 +42,18 @@ def tiny_cfg(tmp_path: Path):
     return compose_config([*TINY, f"root={tmp_path}"])
 
 
-def run_posx(*args: str, cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
+def run_posx(
+    *args: str, cwd: Path | None = None, check: bool = False
+) -> subprocess.CompletedProcess:
     """Runs ``python -m posx ARGS`` as a user would; returns the finished process."""
     env = {**os.environ, "POSX_DEBUG": "0", "HYDRA_FULL_ERROR": "0"}
     proc = subprocess.run(
-        [sys.executable, "-m", "posx", *args], cwd=cwd or REPO, env=env,
-        capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "posx", *args],
+        cwd=cwd or REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"posx {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
@@ -57,3 +63,28 @@ def run_posx(*args: str, cwd: Path | None = None, check: bool = False) -> subpro
 @pytest.fixture
 def posx():
     return run_posx
+
+
+class CliResult:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Runs ``posx ARGS`` in this process (fast; for paths that fail before training)."""
+    from posx.cli import main
+
+    def run(*args: str) -> CliResult:
+        monkeypatch.setattr(sys, "argv", ["posx", *args])
+        monkeypatch.setenv("POSX_DEBUG", "0")
+        capsys.readouterr()
+        try:
+            main()
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        out = capsys.readouterr()
+        return CliResult(code, out.out, out.err)
+
+    return run

@@ -48,7 +48,9 @@ class RoPE(PositionalEncoding):
         need = int(pos.max()) + 1
         if need > self._cos.shape[0]:
             size = max(need, 2 * self._cos.shape[0], 256)
-            angles = torch.arange(size, device=self.inv_freq.device).float()[:, None] * self.inv_freq
+            angles = (
+                torch.arange(size, device=self.inv_freq.device).float()[:, None] * self.inv_freq
+            )
             self._cos, self._sin = angles.cos(), angles.sin()
         return self._cos[pos], self._sin[pos]
 

@@ -26,7 +26,11 @@ def t5_bucket(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) 
     Returns:
         Long tensor of buckets with the shape of ``distance``.
     """
-    n = distance.floor().long().clamp(min=0) if distance.is_floating_point() else distance.clamp(min=0)
+    n = (
+        distance.floor().long().clamp(min=0)
+        if distance.is_floating_point()
+        else distance.clamp(min=0)
+    )
     max_exact = num_buckets // 2
     scaled = torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
     far = max_exact + (scaled * (num_buckets - max_exact)).long()

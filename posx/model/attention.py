@@ -51,7 +51,7 @@ def causal_attention(
 
 
 def causal_block_mask(i0: int, i1: int, device: torch.device) -> Tensor:
-    """``True`` where key ``j`` lies after query ``i`` for query rows ``i0..i1`` and keys ``0..i1``."""
+    """True where key ``j`` comes after query ``i`` (rows ``i0..i1``, keys ``0..i1``)."""
     rows = torch.arange(i0, i1, device=device).unsqueeze(-1)
     cols = torch.arange(i1, device=device)
     return cols > rows

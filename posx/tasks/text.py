@@ -119,7 +119,9 @@ class TextTask(Task):
         self._check_fits(self.train_data, length, "train")
         starts = torch.randint(len(self.train_data) - length, (batch_size, 1), generator=generator)
         window = self.train_data[starts + torch.arange(length + 1)].long()
-        return Batch(window[:, :-1], window[:, 1:], torch.ones(batch_size, length, dtype=torch.bool))
+        return Batch(
+            window[:, :-1], window[:, 1:], torch.ones(batch_size, length, dtype=torch.bool)
+        )
 
     def eval_set(self, length: int, num_sequences: int, seed: int) -> Batch:
         """Consecutive non-overlapping windows from the start of the validation split.

@@ -28,32 +28,43 @@ def assert_one_line_error(proc, code: int, text: str) -> None:
 
 
 @pytest.mark.parametrize(("args", "text"), TRAIN_ERRORS, ids=[" ".join(a) for a, _ in TRAIN_ERRORS])
-def test_bad_train_input(posx, tmp_path, args, text):
-    proc = posx("train", f"root={tmp_path}", "train.steps=1", *args)
+def test_bad_train_input(cli, tmp_path, args, text):
+    proc = cli("train", f"root={tmp_path}", "train.steps=1", *args)
     assert_one_line_error(proc, 2, text)
     assert not (tmp_path / "runs").exists()  # nothing half-made
 
 
 @pytest.mark.parametrize(
     ("lengths", "text"),
-    [("0,16", "positive integers"), ("16,abc", "comma-separated"), ("32,16", "strictly increasing")],
+    [
+        ("0,16", "positive integers"),
+        ("16,abc", "comma-separated"),
+        ("32,16", "strictly increasing"),
+    ],
 )
-def test_bad_eval_lengths(posx, tmp_path, lengths, text):
-    assert_one_line_error(posx("eval", "--root", str(tmp_path), "--lengths", lengths), 2, text)
+def test_bad_eval_lengths(cli, tmp_path, lengths, text):
+    assert_one_line_error(cli("eval", "--root", str(tmp_path), "--lengths", lengths), 2, text)
 
 
-def test_eval_of_missing_run_dir(posx, tmp_path):
-    assert_one_line_error(posx("eval", str(tmp_path / "nope")), 2, "run directory does not exist")
+def test_eval_of_missing_run_dir(cli, tmp_path):
+    assert_one_line_error(cli("eval", str(tmp_path / "nope")), 2, "run directory does not exist")
 
 
-def test_eval_of_run_without_checkpoint(posx, tmp_path):
+def test_eval_of_run_without_checkpoint(cli, tmp_path):
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
     (run / "run.json").write_text("{}")
-    assert_one_line_error(posx("eval", str(run)), 1, "run has no checkpoint")
+    assert_one_line_error(cli("eval", str(run)), 1, "run has no checkpoint")
 
 
-def test_report_on_empty_or_missing_root(posx, tmp_path):
-    assert_one_line_error(posx("report", "--root", str(tmp_path)), 2, "no eval.csv found")
-    assert_one_line_error(posx("report", "--root", str(tmp_path / "x")), 2, "results root does not exist")
+def test_report_on_empty_or_missing_root(cli, tmp_path):
+    assert_one_line_error(cli("report", "--root", str(tmp_path)), 2, "no eval.csv found")
+    assert_one_line_error(
+        cli("report", "--root", str(tmp_path / "x")), 2, "results root does not exist"
+    )
+
+
+def test_error_through_the_real_entry_point(posx, tmp_path):
+    """The console script itself (not just main()) exits 2 with one line."""
+    assert_one_line_error(posx("train", f"root={tmp_path}", "encoding=nosuch"), 2, "choose from")
