@@ -51,13 +51,14 @@ def resolve_files(corpus: str) -> list[Path]:
     """Files named by a path, a directory or a glob, sorted; an error if there are none."""
     if corpus == "stdlib":
         return stdlib_files()
-    if GLOB_CHARS & set(corpus):
-        files = [Path(p) for p in glob.glob(corpus, recursive=True)]
+    path = Path(corpus).expanduser()
+    if path.exists():  # an existing path is literal, even with glob characters in its name
+        hidden = lambda p: any(part.startswith(".") for part in p.relative_to(path).parts)  # noqa: E731
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if not hidden(p)]
+    elif GLOB_CHARS & set(corpus):
+        files = [Path(p) for p in glob.glob(str(path), recursive=True)]
     else:
-        path = Path(corpus).expanduser()
-        if not path.exists():
-            raise ConfigError(f"corpus path does not exist: {corpus}")
-        files = [path] if path.is_file() else [p for p in path.rglob("*")]
+        raise ConfigError(f"corpus path does not exist: {corpus}")
     files = sorted(p for p in files if p.is_file())
     if not files:
         raise ConfigError(f"corpus matches no files: {corpus}")
@@ -69,7 +70,8 @@ def load_corpus(corpus: str, max_bytes: int) -> Tensor:
     """Concatenated bytes (``uint8 [n]``) of the corpus files, at most ``max_bytes``."""
     chunks, total = [], 0
     for path in resolve_files(corpus):
-        data = path.read_bytes()[: max_bytes - total]
+        with path.open("rb") as f:
+            data = f.read(max_bytes - total)
         chunks.append(data)
         total += len(data)
         if total >= max_bytes:

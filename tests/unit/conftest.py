@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+import torch
 
 from posx.build import build_model
 from posx.launch import compose_config
@@ -23,3 +24,14 @@ def tiny_model(encoding: str, *extra: str) -> TransformerLM:
 @pytest.fixture(scope="session")
 def make_tiny_model() -> Callable[..., TransformerLM]:
     return tiny_model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread() -> Iterator[None]:
+    """Tiny tensors gain nothing from intra-op threads, and on a busy 2-core machine spinning
+    worker threads make each forward ~100x slower. Restored after each unit-test module so
+    other suites keep their setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -15,14 +15,25 @@ TRAIN_LEN = 16
 BATCH = 2
 
 
+def uses_positions(encoding: PositionalEncoding) -> bool:
+    """Whether the encoding overrides any hook of the contract (NoPE overrides none)."""
+    hooks = ("embed", "rotate", "bias", "attend")
+    return any(getattr(type(encoding), h) is not getattr(PositionalEncoding, h) for h in hooks)
+
+
 def test_encoding_configs_are_discovered():
     assert {"nope", "rope", "alibi", "t5", "sinusoidal", "learned"} <= set(ENCODINGS)
 
 
 @pytest.fixture(scope="module", params=ENCODINGS)
-def model(request, make_tiny_model):
+def encoding_name(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def model(encoding_name, make_tiny_model):
     torch.manual_seed(0)
-    return make_tiny_model(request.param)
+    return make_tiny_model(encoding_name)
 
 
 @pytest.fixture
@@ -74,3 +85,33 @@ def test_explicit_positions_match_default(model, tokens):
     per_row = model(tokens, pos.expand(BATCH, TRAIN_LEN))
     torch.testing.assert_close(shared, default, atol=1e-5, rtol=0)
     torch.testing.assert_close(per_row, default, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_per_row_positions_apply_to_their_own_row(model):
+    """Randomized positions (sorted, from [0, train length)) differ per row; each row's output
+    equals running that row alone with its own ``[s]`` positions."""
+    gen = torch.Generator().manual_seed(3)
+    s = TRAIN_LEN // 2
+    tokens = torch.randint(model.head.out_features, (BATCH, s), generator=gen)
+    pos = torch.stack(
+        [torch.randperm(TRAIN_LEN, generator=gen)[:s].sort().values for _ in range(BATCH)]
+    )
+    assert not torch.equal(pos[0], pos[1])
+    out = model(tokens, pos)
+    for r in range(BATCH):
+        alone = model(tokens[r : r + 1], pos[r])
+        torch.testing.assert_close(out[r : r + 1], alone, atol=1e-5, rtol=0)
+    if uses_positions(model.encoding):
+        # Uneven gaps change every encoding that reads positions, relative ones included.
+        assert not torch.allclose(out, model(tokens), atol=1e-5)
+
+
+@torch.no_grad()
+def test_attention_block_size_does_not_change_outputs(
+    model, tokens, encoding_name, make_tiny_model
+):
+    """The model's blocked attention path gives the same logits for any query block size."""
+    small = make_tiny_model(encoding_name, "model.attn_block_size=3").eval()
+    small.load_state_dict(model.state_dict())
+    torch.testing.assert_close(small(tokens), model(tokens), atol=1e-5, rtol=0)

@@ -1,0 +1,106 @@
+"""Config composition and validation: bad values fail early with one clear ConfigError."""
+
+from __future__ import annotations
+
+import pytest
+
+from posx.config import choices, positive_lengths, validate
+from posx.errors import ConfigError
+from posx.launch import check_overrides, compose_config
+
+
+def composed(*overrides: str):
+    cfg = compose_config(list(overrides))
+    validate(cfg)
+    return cfg
+
+
+def test_default_config_is_valid():
+    cfg = composed()
+    assert cfg.encoding._target_
+    assert cfg.task._target_
+
+
+@pytest.mark.parametrize("name", choices("encoding"))
+def test_every_encoding_composes_and_validates(name):
+    cfg = composed(f"encoding={name}")
+    assert "_target_" in cfg.encoding
+
+
+def test_d_model_not_divisible_by_heads_names_both():
+    with pytest.raises(ConfigError) as err:
+        composed("model.d_model=30", "model.n_heads=4")
+    msg = str(err.value)
+    assert "d_model" in msg and "n_heads" in msg
+    assert "30" in msg and "4" in msg
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_non_positive_train_length(value):
+    with pytest.raises(ConfigError, match="train.length"):
+        composed(f"train.length={value}")
+
+
+@pytest.mark.parametrize("name", ["d_model", "n_layers", "n_heads", "d_ff", "attn_block_size"])
+def test_non_positive_model_sizes(name):
+    with pytest.raises(ConfigError, match=f"model.{name}"):
+        composed(f"model.{name}=0")
+
+
+@pytest.mark.parametrize("lengths", ["[128,64]", "[0,64]", "[64,64]", "[-64,128]", "[]"], ids=str)
+def test_bad_eval_lengths(lengths):
+    with pytest.raises(ConfigError, match="eval.lengths"):
+        composed(f"eval.lengths={lengths}")
+
+
+def test_good_eval_lengths():
+    assert list(composed("eval.lengths=[16,32,64]").eval.lengths) == [16, 32, 64]
+
+
+def test_positive_lengths_rejects_bools_and_floats():
+    with pytest.raises(ConfigError):
+        positive_lengths([True, 2], "x")
+    with pytest.raises(ConfigError):
+        positive_lengths([1.5], "x")
+    assert positive_lengths([1, 2, 3], "x") == [1, 2, 3]
+
+
+def test_misspelled_key_is_a_config_error():
+    with pytest.raises(ConfigError, match="d_modle"):
+        compose_config(["model.d_modle=3"])
+
+
+def test_wrong_type_is_a_config_error():
+    with pytest.raises(ConfigError, match="d_model"):
+        compose_config(["model.d_model=wide"])
+
+
+def test_unknown_encoding_lists_choices():
+    with pytest.raises(ConfigError) as err:
+        check_overrides(["encoding=nosuch"])
+    msg = str(err.value)
+    assert "nosuch" in msg
+    for name in ("alibi", "rope", "nope", "t5"):
+        assert name in msg
+
+
+def test_unknown_encoding_in_a_sweep_is_caught():
+    with pytest.raises(ConfigError, match="nosuch"):
+        check_overrides(["encoding=rope,nosuch"], build=False)
+
+
+def test_check_overrides_accepts_a_valid_sweep():
+    check_overrides(
+        ["encoding=nope,alibi", "task=copy", "train.length=16", "model.d_model=32"], build=True
+    )
+
+
+def test_bad_override_syntax_is_a_config_error():
+    with pytest.raises(ConfigError):
+        check_overrides(["model.d_model=[1,"])
+
+
+def test_encoding_that_cannot_fit_the_model_is_a_config_error():
+    # head_dim = 12 / 4 = 3: RoPE cannot rotate an odd number of dimensions.
+    with pytest.raises(ConfigError, match="rotary"):
+        check_overrides(["encoding=rope", "model.d_model=12", "model.n_heads=4"])
