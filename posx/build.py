@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from hydra._internal.utils import _locate
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -21,7 +22,28 @@ def _root_cause(err: BaseException) -> BaseException:
     return err
 
 
+def check_arguments(node: DictConfig, what: str) -> None:
+    """Names a config key the target's constructor does not take (a typo, most often)."""
+    try:
+        target = _locate(node._target_)  # hydra.utils.get_object, minus its error logging
+        params = inspect.signature(target).parameters
+    except Exception as err:  # unknown class, or nothing to inspect
+        cause = str(_root_cause(err)).strip().splitlines()[0]
+        raise ConfigError(
+            f"{what} _target_ {node.get('_target_')!r} cannot be loaded: {cause}"
+        ) from err
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    for key in node:
+        if not str(key).startswith("_") and key not in params:
+            allowed = ", ".join(k for k in params if k != "self")
+            raise ConfigError(
+                f"{what} {node._target_} has no parameter {key!r}; it takes: {allowed}"
+            )
+
+
 def _instantiate(node: DictConfig, what: str, **kwargs: Any) -> Any:
+    check_arguments(node, what)
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as err:

@@ -135,6 +135,7 @@ def evaluate_model(
 def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """Eval-time ``key=value`` overrides on a run's config (e.g. ``encoding.base=50000``)."""
     cfg = cfg.copy()
+    OmegaConf.set_struct(cfg, True)  # a misspelled key is an error, not a silent new key
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as err:

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import pandas as pd
+from rich.markup import escape
 from rich.table import Table
 
 from posx.errors import ConfigError
@@ -109,7 +110,7 @@ def to_rich(tables: list) -> list[Table]:
                 elif text in ("unsupported", "failed"):
                     text = f"[dim]{text}[/]"
                 cells.append(text)
-            table.add_row(str(variant), *cells)
+            table.add_row(escape(str(variant)), *cells)
         out.append(table)
     return out
 

@@ -16,6 +16,8 @@ TRAIN_ERRORS = [
     (["eval.lengths=[64,0]"], "eval.lengths must be positive integers"),
     (["model.d_model=24", "encoding=rope", "encoding.rotary_fraction=0.5"], "rotary dimension"),
     (["task=text", "task.corpus=/nonexistent/corpus.txt"], "corpus path does not exist"),
+    (["encoding.bse=3"], "'bse'"),
+    (["encoding._target_=nosuch.Encoding"], "cannot be loaded: No module named 'nosuch'"),
 ]
 
 
@@ -68,3 +70,12 @@ def test_report_on_empty_or_missing_root(cli, tmp_path):
 def test_error_through_the_real_entry_point(posx, tmp_path):
     """The console script itself (not just main()) exits 2 with one line."""
     assert_one_line_error(posx("train", f"root={tmp_path}", "encoding=nosuch"), 2, "choose from")
+
+
+def test_misspelled_eval_override(posx, cli, tiny_overrides, tmp_path):
+    posx("train", "encoding=rope", *tiny_overrides, check=True)
+    run = next(tmp_path.rglob("run.json")).parent
+    before = (run / "eval.csv").read_bytes()
+    assert_one_line_error(cli("eval", str(run), "encoding.bse=4"), 2, "'bse'")
+    assert_one_line_error(cli("eval", str(run), "--lengths", "16", "stray"), 2, "does not exist")
+    assert (run / "eval.csv").read_bytes() == before  # nothing lost or half-written
