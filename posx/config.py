@@ -80,11 +80,20 @@ class PosxConfig:
     root: str = "results"
 
 
+_UID: list[str] = []
+
+
 def _uid() -> str:
-    """One short id per process, so every job of a sweep agrees on its sweep directory."""
-    if "POSX_UID" not in os.environ:
-        os.environ["POSX_UID"] = secrets.token_hex(2)
-    return os.environ["POSX_UID"]
+    """One short random id per process, so every job of a sweep agrees on its directory while
+    two processes started in the same second never share one."""
+    if not _UID:
+        _UID.append(secrets.token_hex(3))
+    return _UID[0]
+
+
+def new_uid() -> None:
+    """Starts a new id: each ``posx train`` invocation names its own directories."""
+    _UID.clear()
 
 
 def register() -> None:

@@ -7,11 +7,13 @@ directory (safetensors + JSON, no pickle) swapped in as a whole.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,12 +164,29 @@ def find_runs(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("run.json") if not p.parent.name.startswith("."))
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Exclusive advisory lock on ``path`` (a sidecar ``.<name>.lock``) for read-modify-write,
+    so two ``posx eval`` processes on one run never drop each other's rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def merge_rows(path: Path, rows: Iterable[dict[str, Any]], keys: list[str]) -> pd.DataFrame:
     """Adds ``rows`` to the CSV at ``path``, replacing earlier rows with the same ``keys``."""
-    new = pd.DataFrame(list(rows))
+    with locked(path):
+        return _merge_rows(path, pd.DataFrame(list(rows)), keys)
+
+
+def _merge_rows(path: Path, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if path.is_file():
         old = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        key_of = lambda df: df[keys].fillna("").astype(str).agg("|".join, axis=1)  # noqa: E731
+        key_of = lambda df: df[keys].astype("string").fillna("").agg("|".join, axis=1)  # noqa: E731
         old = old[~key_of(old).isin(set(key_of(new)))]
         new = pd.concat([old, new], ignore_index=True)
     write_csv(path, new)
