@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,27 +81,37 @@ class PosxConfig:
     root: str = "results"
 
 
-_UID: list[str] = []
-
-
 def _uid() -> str:
-    """One short random id per process, so every job of a sweep agrees on its directory while
-    two processes started in the same second never share one."""
-    if not _UID:
-        _UID.append(secrets.token_hex(3))
-    return _UID[0]
+    """A short random id, fixed per ``posx train`` invocation (see :func:`new_run_id`)."""
+    if "POSX_UID" not in os.environ:
+        new_run_id()
+    return os.environ["POSX_UID"]
 
 
-def new_uid() -> None:
-    """Starts a new id: each ``posx train`` invocation names its own directories."""
-    _UID.clear()
+def _stamp() -> str:
+    """The invocation's start time, ``YYYYmmdd-HHMMSS``."""
+    if "POSX_STAMP" not in os.environ:
+        new_run_id()
+    return os.environ["POSX_STAMP"]
+
+
+def new_run_id() -> None:
+    """Fixes the id and time stamp that name this invocation's run or sweep directory.
+
+    They live in the environment so that launcher worker processes (joblib, submitit), which
+    resolve ``hydra.sweep.dir`` again on their side, inherit the same values, while every
+    ``posx train`` invocation (also two started in the same second) gets its own.
+    """
+    os.environ["POSX_UID"] = secrets.token_hex(3)
+    os.environ["POSX_STAMP"] = time.strftime("%Y%m%d-%H%M%S")
 
 
 def register() -> None:
     """Registers the schema and the ``posx_uid`` resolver (idempotent)."""
     ConfigStore.instance().store(name="posx_schema", node=PosxConfig)
-    if not OmegaConf.has_resolver("posx_uid"):
-        OmegaConf.register_new_resolver("posx_uid", _uid)
+    for name, fn in (("posx_uid", _uid), ("posx_stamp", _stamp)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
 
 
 def positive_lengths(values: list[Any], what: str) -> list[int]:

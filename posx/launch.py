@@ -23,7 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from posx.config import CONFIG_DIR, GROUPS, choices, new_uid, register, validate
+from posx.config import CONFIG_DIR, GROUPS, choices, new_run_id, register, validate
 from posx.errors import ConfigError, PosxError
 from posx.results import write_json
 
@@ -189,7 +189,7 @@ def run_train(args: list[str]) -> None:
     if not _NO_CHECK_FLAGS & set(flags):
         check_overrides(overrides, build="--cfg" not in flags and "-c" not in flags)
     FAILED.clear()
-    new_uid()
+    new_run_id()
     sys.argv = ["posx train", *args]
     hydra_train()
     if FAILED:

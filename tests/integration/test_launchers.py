@@ -1,0 +1,58 @@
+"""Hydra launchers run posx sweeps: local joblib processes and submitit's local executor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+
+
+def runs_by_sweep(root):
+    out: dict[str, list[str]] = {}
+    for info in root.rglob("run.json"):
+        out.setdefault(info.parent.parent.name, []).append(info.parent.name)
+    return out
+
+
+def test_joblib_sweep_shares_one_directory_and_survives_a_failed_job(
+    posx, tiny_overrides, tmp_path
+):
+    proc = posx(
+        "train",
+        "-m",
+        "hydra/launcher=local_parallel",
+        "encoding=nope,alibi",
+        "train.device=cpu,cuda",
+        *tiny_overrides,
+    )
+    sweeps = runs_by_sweep(tmp_path / "sweeps")
+    assert len(sweeps) == 1, sweeps  # every worker resolved the same sweep dir
+    runs = next(iter(sweeps.values()))
+    assert len(runs) == 4
+    status = sorted(
+        json.loads(p.read_text())["status"] for p in (tmp_path / "sweeps").rglob("run.json")
+    )
+    if torch.cuda.is_available():
+        assert status == ["trained"] * 4
+    else:  # the cuda jobs fail with a recorded reason; their cpu siblings still finish
+        assert status == ["failed", "failed", "trained", "trained"], proc.stderr
+        assert "CUDA is not available" in proc.stderr
+    assert len(list((tmp_path / "sweeps").rglob("eval.csv"))) == status.count("trained")
+
+
+@pytest.mark.slow
+def test_submitit_local_runs_a_job(posx, tiny_overrides, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    posx(
+        "train",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=5",
+        "encoding=alibi",
+        *tiny_overrides,
+        check=True,
+    )
+    assert len(list((tmp_path / "sweeps").rglob("eval.csv"))) == 1
