@@ -180,6 +180,34 @@ def show_config(ctx: typer.Context) -> None:
     sys.stdout.write(OmegaConf.to_yaml(cfg))
 
 
+sweep_app = typer.Typer(help="Inspect sweep directories (posx train -m).", no_args_is_help=True)
+app.add_typer(sweep_app, name="sweep")
+
+
+@sweep_app.command("status")
+def sweep_status(
+    sweep_dir: Path = typer.Argument(..., help="A sweep directory (has multirun.yaml)."),
+) -> None:
+    """Which jobs of a sweep finished, failed, are incomplete or never started."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from posx.sweeps import sweep_status as status_of
+
+    jobs = status_of(sweep_dir)
+    colour = {"finished": "green", "failed": "red", "incomplete": "yellow", "missing": "magenta"}
+    table = Table(title=str(sweep_dir), title_justify="left")
+    for col in ("#", "swept values", "status", "run", "detail"):
+        table.add_column(col)
+    for job in jobs:
+        swept = " ".join(f"{k}={v}" for k, v in job.swept.items())
+        table.add_row(str(job.number), escape(swept), f"[{colour[job.status]}]{job.status}[/]",
+                      job.run_dir.name if job.run_dir else "—", escape(job.detail))
+    console.print(table)
+    counts = {s: sum(j.status == s for j in jobs) for s in colour}
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(jobs)} jobs")
+
+
 def main() -> None:
     """Console entry point: PosxErrors become one line on stderr and an exit code."""
     from posx.launch import debug_enabled

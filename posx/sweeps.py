@@ -1,0 +1,94 @@
+"""What a sweep directory holds: which jobs finished, failed, are incomplete or never started.
+
+The expected jobs come from the sweep's own ``multirun.yaml`` (the overrides and sweeper params
+Hydra recorded), expanded the way Hydra's basic sweeper does; each job directory's
+``.hydra/overrides.yaml`` and ``run.json`` say which expected job it is and how it ended.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from posx.errors import ConfigError
+
+Key = frozenset[tuple[str, str]]
+
+
+@dataclass
+class JobStatus:
+    """One expected job of a sweep and what its directory shows."""
+
+    number: int
+    swept: dict[str, str]
+    status: str  # finished | failed | incomplete | missing
+    run_dir: Path | None
+    detail: str
+
+
+def _normalise(overrides: list[str]) -> Key:
+    """Overrides as comparable (key, value) pairs (``false`` and ``False`` are equal)."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return frozenset((o.get_key_element(), repr(o.value())) for o in parsed)
+
+
+def expected_jobs(sweep_dir: Path) -> list[list[str]]:
+    """Every job's override list, in Hydra's job-number order."""
+    path = sweep_dir / "multirun.yaml"
+    if not path.is_file():
+        raise ConfigError(f"not a sweep directory (no multirun.yaml): {sweep_dir}")
+    cfg = OmegaConf.load(path)
+    overrides = list(cfg.hydra.overrides.task)
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    given = {o.split("=", 1)[0] for o in overrides}
+    overrides += [f"{k}={v}" for k, v in params.items() if k not in given]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    batches = BasicSweeper.split_arguments(parsed, None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def _job_result(run_dir: Path) -> tuple[str, str]:
+    info_path = run_dir / "run.json"
+    if not info_path.is_file():
+        return "incomplete", "no run.json (stopped before training started)"
+    info: dict[str, Any] = json.loads(info_path.read_text())
+    if info.get("status") == "failed":
+        return "failed", str(info.get("error", ""))
+    if info.get("status") == "trained" and (run_dir / "eval.csv").is_file():
+        return "finished", f"final loss {info.get('final_loss', float('nan')):.4f}"
+    if info.get("status") == "trained":
+        return "incomplete", "trained, not evaluated"
+    return "incomplete", "training did not finish"
+
+
+def sweep_status(sweep_dir: Path) -> list[JobStatus]:
+    """Status of every expected job of the sweep in ``sweep_dir``."""
+    jobs = expected_jobs(sweep_dir)
+    found: dict[Key, Path] = {}
+    for overrides_file in sweep_dir.glob("*/.hydra/overrides.yaml"):
+        done = OmegaConf.load(overrides_file)
+        found[_normalise([str(x) for x in done])] = overrides_file.parent.parent
+    swept_keys = {k for k, values in _swept(jobs).items() if len(values) > 1}
+    out = []
+    for number, job in enumerate(jobs):
+        pairs = (o.split("=", 1) for o in job)
+        swept = {key: value for key, value in pairs if key in swept_keys}
+        run_dir = found.get(_normalise(job))
+        status, detail = _job_result(run_dir) if run_dir else ("missing", "never started")
+        out.append(JobStatus(number, swept, status, run_dir, detail))
+    return out
+
+
+def _swept(jobs: list[list[str]]) -> dict[str, set[str]]:
+    values: dict[str, set[str]] = {}
+    for job in jobs:
+        for o in job:
+            key, _, value = o.partition("=")
+            values.setdefault(key, set()).add(value)
+    return values
