@@ -56,3 +56,17 @@ class Task(ABC):
     def describe(self) -> dict[str, object]:
         """Facts about the data worth recording with a run (corpus size, length mapping)."""
         return {}
+
+    def sequence_metrics(self, data: Batch, correct: Tensor) -> dict[str, float]:
+        """Extra per-length metrics from per-sequence exact match (e.g. accuracy by depth).
+
+        The evaluator calls this once per eval length with the whole eval set.
+
+        Args:
+            data: The eval set returned by :meth:`eval_set`, ``[n, s]`` tensors.
+            correct: Bool ``[n]``; True where sequence ``i`` of ``data`` is an exact match.
+
+        Returns:
+            Column name -> value, appended to the eval row; empty by default.
+        """
+        return {}

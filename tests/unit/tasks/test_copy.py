@@ -117,3 +117,15 @@ def test_too_short_length_is_a_config_error(min_size, length):
 def test_bad_arguments_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         CopyTask(**kwargs)
+
+
+def test_copy_passes_the_shared_task_checks(task_checks):
+    check, vary = task_checks
+
+    def solve_row(task: CopyTask, row: list[int]) -> dict[int, int]:
+        sep = row.index(task.sep)
+        return {sep + i: tok for i, tok in enumerate(row[1:sep])}
+
+    task = CopyTask(num_symbols=6, min_size=2)
+    check(task, solve_row, [5, 16, 33], lambda n: (n - 1) // 2)
+    vary(task, 33)
