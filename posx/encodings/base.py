@@ -125,3 +125,20 @@ def add_head_dim(bias: Tensor) -> Tensor:
 
 def as_float(pos: Tensor) -> Tensor:
     return pos if pos.is_floating_point() else pos.to(torch.float32)
+
+
+def values_are_concrete(t: Tensor) -> bool:
+    """Whether code may read ``t``'s values to choose a shape (``int(t.max())``, a table size).
+
+    False while FlexAttention traces a ``score_mod`` (under ``torch.compile`` or ``vmap``);
+    encodings that cache tables sized by the positions then compute their formula directly.
+    """
+    if torch.compiler.is_compiling():
+        return False
+    return not torch._C._functorch.is_batchedtensor(t)
+
+
+def exact_dtype(device: torch.device) -> torch.dtype:
+    """float64 where the device has it (tables of phases stay exact at large positions);
+    float32 on Apple MPS, which has no float64."""
+    return torch.float32 if device.type == "mps" else torch.float64

@@ -1,18 +1,27 @@
-"""Rotary position embedding (Su et al. 2021, RoFormer).
+"""Rotary position embedding (Su et al. 2021, RoFormer), with inference-time scaling.
 
 Pairs of query/key dimensions are rotated by ``pos * base^(-2i/r)`` so that the score
 ``q_m . k_n`` depends only on ``m - n``. Dimensions are paired half-and-half (GPT-NeoX layout):
 ``(x_i, x_{i + r/2})``, which equals the paper's adjacent pairing up to a fixed permutation of
 the learned projections. With ``rotary_fraction < 1`` only the first ``r`` dimensions of each
 head rotate (GPT-J/NeoX partial rotary); the rest pass through.
+
+``scaling`` (see :mod:`posx.encodings.rope_scaling`) swaps in other frequencies at evaluation
+(``linear``, ``ntk``, ``dynamic_ntk``, ``yarn``, ``llama3``) or, for ``rerope``, computes the
+scores itself so that relative positions beyond a window all read as the window.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from posx.encodings.base import PositionalEncoding
+from posx.encodings.base import PositionalEncoding, as_float, exact_dtype, relative_distance
+from posx.encodings.rope_scaling import RopeScaling, base_inv_freq, scaled_inv_freq
 
 
 class RoPE(PositionalEncoding):
@@ -22,9 +31,22 @@ class RoPE(PositionalEncoding):
         head_dim: Per-head width ``d_h``.
         base: Frequency base (10000 in the paper).
         rotary_fraction: Fraction of ``d_h`` that rotates; the rotated width must be even.
+        scaling: Inference-time scaling (a :class:`RopeScaling` or a mapping of its fields,
+            e.g. ``{"type": "yarn", "factor": 4}``); ``None`` or type ``none`` for plain RoPE.
+        train_length: Training length; the default of ``scaling.original_length``.
     """
 
-    def __init__(self, head_dim: int, base: float = 10000.0, rotary_fraction: float = 1.0) -> None:
+    #: Queries per block when ReRoPE computes the scores itself (memory O(block x s)).
+    rerope_block_size: int = 256
+
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 10000.0,
+        rotary_fraction: float = 1.0,
+        scaling: RopeScaling | Mapping[str, Any] | None = None,
+        train_length: int | None = None,
+    ) -> None:
         super().__init__()
         if not 0.0 < rotary_fraction <= 1.0:
             raise ValueError(f"rotary_fraction must be in (0, 1], got {rotary_fraction}")
@@ -34,36 +56,137 @@ class RoPE(PositionalEncoding):
                 f"rotary dimension must be even and positive: head_dim {head_dim} x "
                 f"rotary_fraction {rotary_fraction} = {rot}"
             )
-        self.head_dim, self.rot_dim, self.base = head_dim, rot, base
-        inv_freq = base ** (-torch.arange(0, rot, 2, dtype=torch.float32) / rot)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        if base <= 1.0:
+            raise ValueError(f"RoPE base must be > 1, got {base}")
+        self.head_dim, self.rot_dim, self.base = head_dim, rot, float(base)
+        self.scaling = RopeScaling.from_config(scaling, train_length)
+        self.register_buffer("inv_freq", base_inv_freq(self.base, rot), persistent=False)
+        # The frequencies actually used, computed once (dynamic NTK recomputes per length).
+        freq = scaled_inv_freq(self.scaling, self.base, rot, seq_len=0)
+        self.register_buffer("_freq", freq, persistent=False)
+        self.attn_scale = self.scaling.attention_scale
         self.register_buffer("_cos", torch.empty(0, rot // 2), persistent=False)
         self.register_buffer("_sin", torch.empty(0, rot // 2), persistent=False)
+        self._table_len = -1  # dynamic NTK: the length the table is for; -1: static table
 
-    def _table(self, pos: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and sin ``[..., r/2]`` at ``pos``; integer positions index a cached table."""
+    # --- frequencies and tables ------------------------------------------------------------
+
+    def _dynamic_len(self, *positions: Tensor) -> int | None:
+        """Sequence length that dynamic NTK scales for (``max position + 1``), else ``None``."""
+        if self.scaling.type != "dynamic_ntk":
+            return None
+        seq_len = max(int(p.max()) for p in positions) + 1
+        # Within the trained length the frequencies are the trained ones: use the static table.
+        return seq_len if seq_len > (self.scaling.original_length or 0) else None
+
+    def _frequencies(self, seq_len: int | None) -> Tensor:
+        if seq_len is None:
+            return self._freq
+        freq = scaled_inv_freq(self.scaling, self.base, self.rot_dim, seq_len=seq_len)
+        return freq.to(self._freq.device)
+
+    def cos_sin(self, pos: Tensor, seq_len: int | None = None) -> tuple[Tensor, Tensor]:
+        """cos and sin ``[..., r/2]`` (float32) at ``pos``, with the attention scale folded in.
+
+        Integer positions index a cached table; float positions are computed directly.
+
+        Args:
+            pos: ``[s]`` or ``[b, s]``.
+            seq_len: Dynamic NTK's sequence length (``None`` for the other types).
+        """
         if pos.is_floating_point():
-            angles = pos.unsqueeze(-1) * self.inv_freq
-            return angles.cos(), angles.sin()
-        need = int(pos.max()) + 1
-        if need > self._cos.shape[0]:
-            size = max(need, 2 * self._cos.shape[0], 256)
-            angles = (
-                torch.arange(size, device=self.inv_freq.device).float()[:, None] * self.inv_freq
-            )
-            self._cos, self._sin = angles.cos(), angles.sin()
-        return self._cos[pos], self._sin[pos]
+            angles = pos.float().unsqueeze(-1) * self._frequencies(seq_len)
+            cos, sin = angles.cos(), angles.sin()
+        else:
+            need = int(pos.max()) + 1
+            key = -1 if seq_len is None else seq_len
+            if key != self._table_len:
+                # Dynamic NTK: another length means other frequencies for every position.
+                self._build_table(max(need, seq_len or 256), seq_len)
+            elif need > self._cos.shape[0]:
+                self._build_table(max(need, 2 * self._cos.shape[0], 256), seq_len)
+            cos, sin = self._cos[pos], self._sin[pos]
+            return cos, sin  # the table already carries the attention scale
+        if self.attn_scale != 1.0:
+            cos, sin = cos * self.attn_scale, sin * self.attn_scale
+        return cos, sin
 
-    def _turn(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def _build_table(self, size: int, seq_len: int | None) -> None:
+        dtype = exact_dtype(self._freq.device)  # float64: phases stay exact at 1e6 positions
+        pos = torch.arange(size, device=self._freq.device, dtype=dtype)
+        freq = scaled_inv_freq(self.scaling, self.base, self.rot_dim, seq_len or 0, dtype)
+        angles = pos[:, None] * freq.to(pos.device)
+        self._cos = (angles.cos() * self.attn_scale).float()
+        self._sin = (angles.sin() * self.attn_scale).float()
+        self._table_len = -1 if seq_len is None else seq_len
+
+    def turn(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """Rotates the first ``r`` dims of ``x [.., s, d_h]`` by ``cos, sin [.., s, r/2]``."""
         r, half = self.rot_dim, self.rot_dim // 2
         x1, x2, rest = x[..., :half], x[..., half:r], x[..., r:]
-        out = (x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest)
-        return torch.cat(out, dim=-1)
+        if self.attn_scale != 1.0 and rest.shape[-1]:
+            rest = rest * self.attn_scale  # the temperature applies to the whole score
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest), dim=-1)
+
+    # --- the contract ----------------------------------------------------------------------
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        q_cs = [t.unsqueeze(-3).to(q.dtype) for t in self._table(q_pos)]  # [(b,) 1, s, r/2]
-        k_cs = q_cs if k_pos is q_pos else [t.unsqueeze(-3).to(k.dtype) for t in self._table(k_pos)]
-        return self._turn(q, *q_cs), self._turn(k, *k_cs)
+        seq_len = self._dynamic_len(q_pos, k_pos)
+        q_cs = [t.unsqueeze(-3).to(q.dtype) for t in self.cos_sin(q_pos, seq_len)]  # [(b,)1,s,r/2]
+        k_cs = (
+            q_cs
+            if k_pos is q_pos
+            else [t.unsqueeze(-3).to(k.dtype) for t in self.cos_sin(k_pos, seq_len)]
+        )
+        return self.turn(q, *q_cs), self.turn(k, *k_cs)
+
+    @property
+    def has_attend(self) -> bool:
+        # Only ReRoPE needs two score sets per query; every other type stays on fused SDPA.
+        return self.scaling.type == "rerope"
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """ReRoPE (Su 2023): score with relative position ``min(i - j, w)``.
+
+        Pairs closer than ``w`` use the ordinary rotated q and k; farther pairs use q rotated
+        to position ``w`` against unrotated k, i.e. relative position exactly ``w``. Computed
+        per block of queries so memory stays O(block x s).
+
+        Args:
+            q: Queries ``[b, h, sq, d_h]``.
+            k: Keys ``[b, h, sk, d_h]``.
+            v: Values ``[b, h, sk, d_h]``.
+            q_pos: ``[sq]`` or ``[b, sq]``.
+            k_pos: ``[sk]`` or ``[b, sk]``.
+
+        Returns:
+            ``[b, h, sq, d_h]``.
+        """
+        if not self.has_attend:
+            raise NotImplementedError(f"RoPE with scaling {self.scaling.type!r} has no attend")
+        w = self.scaling.rerope_window
+        q_near, k_near = self.rotate(q, k, q_pos, k_pos)
+        cos_w, sin_w = self.cos_sin(torch.tensor([w], device=q.device))
+        q_far = self.turn(q, cos_w.to(q.dtype), sin_w.to(q.dtype))
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        s = q.shape[-2]
+        outputs = []
+        for i0 in range(0, s, self.rerope_block_size):
+            i1 = min(s, i0 + self.rerope_block_size)
+            near = q_near[..., i0:i1, :] @ k_near[..., :i1, :].transpose(-1, -2)
+            far = q_far[..., i0:i1, :] @ k[..., :i1, :].transpose(-1, -2)
+            dist = relative_distance(as_float(q_pos[..., i0:i1]), as_float(k_pos[..., :i1]))
+            if dist.dim() == 3:  # [b, sq, sk] -> [b, 1, sq, sk]
+                dist = dist.unsqueeze(1)
+            scores = torch.where(dist < w, near, far).float() * scale
+            rows = torch.arange(i0, i1, device=q.device).unsqueeze(-1)
+            future = torch.arange(i1, device=q.device) > rows
+            scores = scores.masked_fill(future, float("-inf"))
+            outputs.append(scores.softmax(dim=-1).to(v.dtype) @ v[..., :i1, :])
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, rot_dim={self.rot_dim}, base={self.base}"
+        out = f"head_dim={self.head_dim}, rot_dim={self.rot_dim}, base={self.base}"
+        if self.scaling.type != "none":
+            out += f", scaling={self.scaling}"
+        return out

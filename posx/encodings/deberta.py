@@ -1,0 +1,162 @@
+"""DeBERTa disentangled attention (He et al. 2020), causal.
+
+With relative-position embeddings ``P [2k, d]`` shared by all layers and per-layer projections
+``K^r = P W_{k,r}``, ``Q^r = P W_{q,r}`` (split into heads), the score of query ``i``, key ``j`` is
+
+    A_ij = (Q^c_i . K^c_j  +  Q^c_i . K^r_{d(i,j)}  +  K^c_j . Q^r_{d(j,i)}) / sqrt(3 d_h)
+             content->content   content->position     position->content
+
+with the relative distance ``d(i,j) = clip(i - j + k, 0, 2k - 1)`` (the paper's delta). With
+``position_buckets > 0`` distances first go through DeBERTa-v2's log buckets (exact up to
+``position_buckets / 2``, log-spaced up to ``max_relative_positions``) and the table has
+``2 * position_buckets`` rows. Causal attention only looks back (``i >= j``), so
+``d(i, j) >= k`` and ``d(j, i) <= k``: each term uses its own half of the table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from posx.encodings.base import PositionalEncoding
+from posx.encodings.blocked import blocked_attend, integer_distance, per_query
+
+
+def log_bucket_position(distance: Tensor, buckets: int, max_position: int) -> Tensor:
+    """DeBERTa-v2's ``make_log_bucket_position``: exact below ``buckets/2``, log-spaced beyond.
+
+    Args:
+        distance: Signed integer distances ``[...]``.
+        buckets: Bucket count (even, >= 4).
+        max_position: Distance mapped to the last bucket, ``buckets/2 + ...`` (> ``buckets/2``).
+
+    Returns:
+        Long signed bucket ids with the shape of ``distance``.
+    """
+    sign = torch.sign(distance)
+    mid = buckets // 2
+    near = (distance < mid) & (distance > -mid)
+    abs_pos = torch.where(near, torch.full_like(distance, mid - 1), distance.abs()).double()
+    log_pos = torch.ceil(torch.log(abs_pos / mid) / math.log((max_position - 1) / mid) * (mid - 1))
+    log_pos = (log_pos + mid).long()
+    return torch.where(abs_pos <= mid, distance, log_pos * sign)
+
+
+def deberta_index(
+    q_pos: Tensor, k_pos: Tensor, max_relative_positions: int, position_buckets: int = 0
+) -> Tensor:
+    """The paper's ``delta(i, j)`` for every pair: table row of the distance ``i - j``.
+
+    Args:
+        q_pos: Query positions ``[sq]`` or ``[b, sq]``.
+        k_pos: Key positions ``[sk]`` or ``[b, sk]``.
+        max_relative_positions: ``k``.
+        position_buckets: ``0`` for plain clipping, else the log-bucket count.
+
+    Returns:
+        Long ``[sq, sk]`` or ``[b, sq, sk]`` in ``[0, 2 * span)``, ``span`` the table half-size.
+    """
+    distance = integer_distance(q_pos.unsqueeze(-1) - k_pos.unsqueeze(-2))  # i - j
+    span = max_relative_positions
+    if position_buckets > 0:
+        distance = log_bucket_position(distance, position_buckets, max_relative_positions)
+        span = position_buckets
+    return (distance + span).clamp(0, 2 * span - 1)
+
+
+class DebertaLayer(PositionalEncoding):
+    """One layer's position projections ``W_{k,r}``, ``W_{q,r}`` over the parent's shared ``P``."""
+
+    def __init__(self, parent: DeBERTa, d_model: int, n_heads: int, block_size: int) -> None:
+        super().__init__()
+        self.n_heads, self.block_size = n_heads, block_size
+        self.key_proj = nn.Linear(d_model, d_model, bias=False)
+        self.query_proj = nn.Linear(d_model, d_model, bias=False)
+        for proj in (self.key_proj, self.query_proj):
+            nn.init.normal_(proj.weight, std=0.02)
+        object.__setattr__(self, "_parent", parent)  # not a submodule: no module cycle
+
+    def _heads(self, x: Tensor) -> Tensor:
+        """``[2k, d] -> [h, 2k, d_h]``."""
+        return x.view(x.shape[0], self.n_heads, -1).transpose(0, 1)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        parent = self._parent
+        rel = parent.rel_embeddings.weight  # [2span, d]
+        k_r = self._heads(self.key_proj(rel)).to(q.dtype)  # [h, 2span, d_h]
+        q_r = self._heads(self.query_proj(rel)).to(q.dtype)
+        scale = (3 * q.shape[-1]) ** -0.5
+        p2c_all = k @ q_r.transpose(-1, -2)  # K^c_j . Q^r_r for every key and row: [b, h, s, 2span]
+
+        def scores(i0: int, i1: int) -> tuple[Tensor, None]:
+            qb, kb = q[..., i0:i1, :], k[..., :i1, :]
+            qp, kp = q_pos[..., i0:i1], k_pos[..., :i1]
+            content = qb @ kb.transpose(-1, -2)  # [b, h, bq, i1]
+            idx = deberta_index(qp, kp, parent.max_relative_positions, parent.position_buckets)
+            c2p = torch.gather(qb @ k_r.transpose(-1, -2), -1, per_query(idx, content))
+            # p2c needs delta(j, i): the distance seen from the key, read from the key's row.
+            idx_t = deberta_index(kp, qp, parent.max_relative_positions, parent.position_buckets)
+            idx_t = per_query(idx_t.transpose(-1, -2), content)  # [b, h, bq, i1]: row of (j, i)
+            p2c = torch.gather(p2c_all[..., :i1, :].transpose(-1, -2), -2, idx_t)
+            return (content + c2p + p2c) * scale, None
+
+        return blocked_attend(v, scores, self.block_size)
+
+
+class DeBERTa(PositionalEncoding):
+    """Disentangled attention: ``P`` shared by layers, position projections per layer.
+
+    Args:
+        d_model: Model width (from the model).
+        n_heads: Heads (from the model).
+        n_layers: Layers (from the model).
+        max_relative_positions: Clipping distance ``k`` (table rows ``2k``).
+        position_buckets: ``0`` (v1: clip only) or a log-bucket count (v2, e.g. 256).
+        block_size: Queries per attention block (the yaml ties it to ``model.attn_block_size``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        max_relative_positions: int = 128,
+        position_buckets: int = 0,
+        block_size: int = 256,
+    ) -> None:
+        super().__init__()
+        if max_relative_positions < 1:
+            raise ValueError(
+                f"deberta max_relative_positions must be >= 1, got {max_relative_positions}"
+            )
+        if position_buckets and (
+            position_buckets < 4
+            or position_buckets % 2
+            or max_relative_positions <= position_buckets // 2 + 1
+        ):
+            raise ValueError(
+                "deberta position_buckets must be 0 or an even number >= 4 with "
+                f"max_relative_positions > position_buckets/2 + 1, got {position_buckets} "
+                f"and {max_relative_positions}"
+            )
+        self.max_relative_positions, self.position_buckets = (
+            max_relative_positions,
+            position_buckets,
+        )
+        span = position_buckets or max_relative_positions
+        self.rel_embeddings = nn.Embedding(2 * span, d_model)
+        nn.init.normal_(self.rel_embeddings.weight, std=0.02)
+        self.layers = nn.ModuleList(
+            DebertaLayer(self, d_model, n_heads, block_size) for _ in range(n_layers)
+        )
+
+    def for_layer(self, index: int) -> PositionalEncoding:
+        return self.layers[index]
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.layers[0].attend(q, k, v, q_pos, k_pos)
+
+    def extra_repr(self) -> str:
+        return f"k={self.max_relative_positions}, buckets={self.position_buckets}"

@@ -1,0 +1,92 @@
+"""FIRE: functional interpolation for relative positions (Li et al. 2023).
+
+    bias(i, j) = f( psi(i - j) / psi(max(i, L)) ),   psi(x) = log(c x + 1)
+
+with ``f`` a small MLP (1 -> width -> heads, ReLU), ``c > 0`` learned and the threshold ``L``
+learned as ``|multiplier * L_0|``. Dividing by ``psi`` of the *query* position maps every
+distance a query can see into ``[0, 1]``, so longer sequences interpolate rather than
+extrapolate; ``L`` keeps short prefixes from being stretched. Defaults follow the paper's
+reference code (``c_0 = 0.1``, width 32, ``eps = 1e-6``); ``L_0`` defaults to the training
+length (the paper used 512).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posx.encodings.base import add_head_dim, as_float, relative_distance
+from posx.encodings.per_layer import LayeredBias
+
+
+class FIRE(LayeredBias):
+    """Learned MLP of the progressively normalised log distance.
+
+    Args:
+        n_heads: Number of attention heads (MLP outputs).
+        n_layers: Number of layers.
+        train_length: Training length, the default ``L_0``.
+        width: MLP hidden width.
+        init_c: Initial ``c``.
+        init_threshold: ``L_0``; ``None`` uses ``train_length``.
+        per_layer: One FIRE per layer (else one shared by all layers).
+        eps: Added to the normaliser so it is never 0.
+    """
+
+    def __init__(
+        self,
+        n_heads: int,
+        n_layers: int = 1,
+        train_length: int | None = None,
+        width: int = 32,
+        init_c: float = 0.1,
+        init_threshold: float | None = None,
+        per_layer: bool = True,
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__(n_layers, per_layer)
+        threshold = init_threshold if init_threshold is not None else train_length
+        if threshold is None or threshold <= 0:
+            raise ValueError(f"FIRE needs a positive init_threshold, got {threshold}")
+        if init_c <= 0 or width < 1:
+            raise ValueError(f"FIRE needs init_c > 0 and width >= 1, got {init_c} and {width}")
+        self.n_heads, self.width, self.eps = n_heads, width, eps
+        n = self.n_sets
+        self.c = nn.Parameter(torch.full((n,), float(init_c)))
+        self.register_buffer("init_threshold", torch.tensor(float(threshold)))
+        self.threshold_mult = nn.Parameter(torch.ones(n))
+        # The MLP, stacked over layer sets: nn.Linear's default init, one set at a time.
+        w1, b1, w2, b2 = [], [], [], []
+        for _ in range(n):
+            first, second = nn.Linear(1, width), nn.Linear(width, n_heads)
+            w1.append(first.weight[:, 0].detach())
+            b1.append(first.bias.detach())
+            w2.append(second.weight.detach())
+            b2.append(second.bias.detach())
+        self.w1 = nn.Parameter(torch.stack(w1))  # [n, width]
+        self.b1 = nn.Parameter(torch.stack(b1))  # [n, width]
+        self.w2 = nn.Parameter(torch.stack(w2))  # [n, heads, width]
+        self.b2 = nn.Parameter(torch.stack(b2))  # [n, heads]
+
+    def threshold(self, layer: int = 0) -> Tensor:
+        """The learned ``L`` (a scalar tensor)."""
+        return (self.threshold_mult[layer] * self.init_threshold).abs()
+
+    def normalized_distance(self, q_pos: Tensor, k_pos: Tensor, layer: int = 0) -> Tensor:
+        """``psi(|i - j|) / (psi(max(i, L)) + eps)`` ``[(b,) sq, sk]``."""
+        q, k = as_float(q_pos).float(), as_float(k_pos).float()
+        c = self.c[layer]
+        dist = relative_distance(q, k).abs()
+        rel = torch.log(torch.abs(c * dist) + 1)
+        norm = torch.log(torch.abs(c * torch.maximum(q, self.threshold(layer))) + 1) + self.eps
+        return rel / norm.unsqueeze(-1)
+
+    def layer_bias(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
+        x = self.normalized_distance(q_pos, k_pos, layer).unsqueeze(-1)  # [(b,) sq, sk, 1]
+        hidden = F.relu(x * self.w1[layer] + self.b1[layer])  # [(b,) sq, sk, width]
+        out = F.linear(hidden, self.w2[layer], self.b2[layer])  # [(b,) sq, sk, h]
+        return add_head_dim(out)
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, width={self.width}, {super().extra_repr()}"

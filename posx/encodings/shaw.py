@@ -1,0 +1,110 @@
+"""Relative position representations (Shaw, Uszkoreit & Vaswani 2018).
+
+Each layer learns vectors ``w^K_r`` and ``w^V_r`` for the clipped distance
+``r = clip(j - i, -k, k)`` between query ``i`` and key ``j`` (shared by all heads, as in the
+paper), and attention becomes
+
+    e_ij = q_i . (k_j + a^K_ij) / sqrt(d_h),      z_i = sum_j softmax(e)_ij (v_j + a^V_ij)
+
+with ``a^K_ij = w^K_{clip(j - i, -k, k)}``. Every distance beyond ``k`` shares one vector, so the
+encoding is defined at any length. In a causal decoder ``j <= i``, so only the ``k + 1`` rows
+for ``r <= 0`` are ever used; the table keeps all ``2k + 1`` rows of the paper.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from posx.encodings.base import PositionalEncoding
+from posx.encodings.blocked import blocked_attend, gather_relative, integer_distance, per_query
+
+
+def shaw_index(q_pos: Tensor, k_pos: Tensor, max_relative_position: int) -> Tensor:
+    """Row of the relative table for every pair: ``clip(j - i, -k, k) + k``.
+
+    Args:
+        q_pos: Query positions ``[sq]`` or ``[b, sq]``.
+        k_pos: Key positions ``[sk]`` or ``[b, sk]``.
+        max_relative_position: The clipping distance ``k``.
+
+    Returns:
+        Long ``[sq, sk]`` or ``[b, sq, sk]`` in ``[0, 2k]``.
+    """
+    k = max_relative_position
+    distance = integer_distance(k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1))  # j - i
+    return distance.clamp(-k, k) + k
+
+
+class ShawLayer(PositionalEncoding):
+    """One layer's ``w^K`` and ``w^V`` tables (``[2k + 1, d_h]`` each) and its attention.
+
+    Args:
+        head_dim: Per-head width ``d_h``.
+        max_relative_position: Clipping distance ``k``.
+        block_size: Queries per attention block.
+    """
+
+    def __init__(self, head_dim: int, max_relative_position: int, block_size: int) -> None:
+        super().__init__()
+        self.max_relative_position, self.block_size = max_relative_position, block_size
+        rows = 2 * max_relative_position + 1
+        self.w_k = nn.Parameter(torch.randn(rows, head_dim) * 0.02)
+        self.w_v = nn.Parameter(torch.randn(rows, head_dim) * 0.02)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        scale = q.shape[-1] ** -0.5
+
+        def scores(i0: int, i1: int) -> tuple[Tensor, Tensor]:
+            qb = q[..., i0:i1, :]  # [b, h, bq, d_h]
+            index = shaw_index(q_pos[..., i0:i1], k_pos[..., :i1], self.max_relative_position)
+            content = qb @ k[..., :i1, :].transpose(-1, -2)  # [b, h, bq, i1]
+            relative = gather_relative(qb @ self.w_k.to(qb.dtype).T, index)  # q_i . a^K_ij
+            return (content + relative) * scale, index
+
+        def value_term(probs: Tensor, index: Tensor) -> Tensor:
+            # sum_j p_ij w^V_{r(i,j)} = sum_r (sum of p_ij over the pairs in slot r) w^V_r
+            slots = probs.new_zeros(*probs.shape[:-1], self.w_v.shape[0])
+            slots.scatter_add_(-1, per_query(index, probs), probs)
+            return slots @ self.w_v.float()
+
+        return blocked_attend(v, scores, self.block_size, value_term)
+
+    def extra_repr(self) -> str:
+        return f"k={self.max_relative_position}"
+
+
+class Shaw(PositionalEncoding):
+    """Shaw et al.'s relative positions, one table pair per layer (the paper) or shared.
+
+    Args:
+        head_dim: Per-head width (from the model).
+        n_layers: Number of layers (from the model).
+        max_relative_position: Clipping distance ``k`` (16 in the paper's best setting).
+        per_layer: Separate ``w^K``, ``w^V`` for each layer (paper) or one pair for all.
+        block_size: Queries per attention block (the yaml ties it to ``model.attn_block_size``).
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        n_layers: int,
+        max_relative_position: int = 16,
+        per_layer: bool = True,
+        block_size: int = 256,
+    ) -> None:
+        super().__init__()
+        if max_relative_position < 1:
+            raise ValueError(
+                f"shaw max_relative_position must be >= 1, got {max_relative_position}"
+            )
+        count = n_layers if per_layer else 1
+        self.layers = nn.ModuleList(
+            ShawLayer(head_dim, max_relative_position, block_size) for _ in range(count)
+        )
+
+    def for_layer(self, index: int) -> PositionalEncoding:
+        return self.layers[index if len(self.layers) > 1 else 0]
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.layers[0].attend(q, k, v, q_pos, k_pos)

@@ -1,0 +1,133 @@
+"""Transformer-XL relative positional encoding (Dai et al. 2019), without segment recurrence.
+
+The score between query ``i`` and key ``j`` has the paper's four terms (per head, ``q = W_q x``,
+``k = W_k x``, ``R`` the sinusoid of the distance ``i - j``, ``W_R`` a per-layer projection):
+
+    A_ij = q_i.k_j  +  q_i.W_R R_{i-j}  +  u.k_j  +  v.W_R R_{i-j}
+           (a) content  (b) content->pos  (c) global content bias  (d) global position bias
+
+scaled by ``1/sqrt(d_h)``. Terms (b) + (d) equal ``c_i . R_{i-j}`` with ``c_i = W_R^T (q_i + v)``,
+and since ``R`` is made of ``sin/cos((i - j) w)``, the angle-difference identities split it into a
+query feature of position ``i`` dotted with a key feature ``[cos(j w), sin(j w)]`` of position
+``j``. Appending those features to ``q + u`` and ``k`` turns the whole score into one dot
+product, so attention runs as a single fused causal SDPA call: exact, O(s) memory, any (float)
+positions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posx.encodings.base import PositionalEncoding
+
+
+def xl_sinusoid(distance: Tensor, dim: int) -> Tensor:
+    """Transformer-XL's ``R``: ``[sin(d w), cos(d w)]`` concatenated, ``w_f = 10000^(-2f/dim)``.
+
+    Args:
+        distance: Distances ``[...]`` (float allowed).
+        dim: Width of ``R`` (even).
+
+    Returns:
+        ``[..., dim]`` float32.
+    """
+    angles = distance.double().unsqueeze(-1) * xl_inv_freq(dim, distance.device)
+    return torch.cat((angles.sin(), angles.cos()), dim=-1).float()
+
+
+def xl_inv_freq(dim: int, device: torch.device) -> Tensor:
+    return 10000.0 ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim)
+
+
+def _trig(pos: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """``sin`` and ``cos`` of ``pos * w`` ``[.., s, dim/2]``; angles in float64 so that large
+    positions lose no precision before the products below cancel them back to ``i - j``."""
+    angles = pos.double().unsqueeze(-1) * xl_inv_freq(dim, pos.device)
+    return angles.sin().float(), angles.cos().float()
+
+
+def _per_head(feature: Tensor) -> Tensor:
+    """``[s, f]`` or ``[b, s, f]`` -> ``[1 or b, 1, s, f]`` (broadcast over heads)."""
+    return feature.unsqueeze(0).unsqueeze(0) if feature.dim() == 2 else feature.unsqueeze(1)
+
+
+class TransformerXLLayer(PositionalEncoding):
+    """One layer's ``W_R``; the global biases ``u``, ``v`` live in the parent (maybe shared).
+
+    Args:
+        parent: The :class:`TransformerXL` that owns ``u`` and ``v`` ``[n_uv, h, d_h]``.
+        uv_index: Which ``u``/``v`` row this layer uses.
+        n_heads: Heads ``h``.
+        head_dim: Per-head width ``d_h``.
+        r_dim: Width of the sinusoid ``R`` (``d_model`` in the paper).
+    """
+
+    def __init__(
+        self, parent: TransformerXL, uv_index: int, n_heads: int, head_dim: int, r_dim: int
+    ) -> None:
+        super().__init__()
+        self.r_dim, self.uv_index = r_dim, uv_index
+        self.w_r = nn.Parameter(torch.randn(n_heads, head_dim, r_dim) * 0.02)
+        # A plain reference, not a submodule: registering the parent would make a module cycle.
+        object.__setattr__(self, "_parent", parent)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        u, v_bias = self._parent.u[self.uv_index], self._parent.v[self.uv_index]  # [h, d_h]
+        half = self.r_dim // 2
+        c = (q.float() + v_bias.float().unsqueeze(1)) @ self.w_r.float()  # [b, h, s, r_dim]
+        c_sin, c_cos = c[..., :half], c[..., half:]
+        sin_i, cos_i = (_per_head(t) for t in _trig(q_pos, self.r_dim))
+        sin_j, cos_j = (_per_head(t) for t in _trig(k_pos, self.r_dim))
+        # c.R_{i-j} = sum_f cos(j w)(c_sin sin(i w) + c_cos cos(i w))
+        #                 + sin(j w)(c_cos sin(i w) - c_sin cos(i w))
+        q_feat = torch.cat((c_sin * sin_i + c_cos * cos_i, c_cos * sin_i - c_sin * cos_i), -1)
+        k_feat = torch.cat((cos_j, sin_j), -1).expand(*k.shape[:-1], self.r_dim)
+        q2 = torch.cat((q + u.to(q.dtype).unsqueeze(1), q_feat.to(q.dtype)), -1)
+        k2 = torch.cat((k, k_feat.to(k.dtype)), -1)
+        return F.scaled_dot_product_attention(q2, k2, v, is_causal=True, scale=q.shape[-1] ** -0.5)
+
+    def extra_repr(self) -> str:
+        return f"r_dim={self.r_dim}"
+
+
+class TransformerXL(PositionalEncoding):
+    """Transformer-XL's relative attention: ``W_R`` per layer, ``u``/``v`` shared or per layer.
+
+    Args:
+        n_heads: Heads (from the model).
+        head_dim: Per-head width (from the model).
+        d_model: Model width (from the model): the default width of ``R``.
+        n_layers: Number of layers (from the model).
+        r_dim: Width of the relative sinusoid ``R`` (``None``: ``d_model``; even).
+        share_uv: One ``u``, ``v`` for all layers (the paper's formula and its default code)
+            or one pair per layer (``untie_r`` in the reference code).
+    """
+
+    def __init__(
+        self,
+        n_heads: int,
+        head_dim: int,
+        d_model: int,
+        n_layers: int,
+        r_dim: int | None = None,
+        share_uv: bool = True,
+    ) -> None:
+        super().__init__()
+        r_dim = d_model if r_dim is None else r_dim
+        if r_dim <= 0 or r_dim % 2:
+            raise ValueError(f"transformer_xl r_dim must be a positive even number, got {r_dim}")
+        n_uv = 1 if share_uv else n_layers
+        self.u = nn.Parameter(torch.randn(n_uv, n_heads, head_dim) * 0.02)
+        self.v = nn.Parameter(torch.randn(n_uv, n_heads, head_dim) * 0.02)
+        self.layers = nn.ModuleList(
+            TransformerXLLayer(self, 0 if share_uv else i, n_heads, head_dim, r_dim)
+            for i in range(n_layers)
+        )
+
+    def for_layer(self, index: int) -> PositionalEncoding:
+        return self.layers[index]
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.layers[0].attend(q, k, v, q_pos, k_pos)

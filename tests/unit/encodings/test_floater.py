@@ -1,0 +1,85 @@
+"""FLOATER (Liu et al. 2020): the RK4 integrator on ODEs with known solutions, and the
+sinusoidal initialisation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posx.encodings.floater import Floater, odeint_rk4
+from posx.encodings.sinusoidal import sinusoidal_table
+
+
+def decay(t, y):
+    return -y
+
+
+def oscillator(t, y):
+    """y = [sin t, cos t] solves y0' = y1, y1' = -y0."""
+    return torch.stack((y[1], -y[0]))
+
+
+def test_rk4_exponential_decay_is_fourth_order():
+    y0 = torch.ones(1, dtype=torch.float64)
+    t = torch.arange(11, dtype=torch.float64)
+    errors = []
+    for substeps in (2, 4, 8):
+        got = odeint_rk4(decay, y0, 11, substeps)[:, 0]
+        errors.append((got - torch.exp(-t)).abs().max().item())
+    assert errors[-1] < 2e-6
+    # Halving the step divides the error by ~2^4 = 16.
+    assert 13 < errors[0] / errors[1] < 20 and 13 < errors[1] / errors[2] < 19
+
+
+def test_rk4_oscillator_stays_on_sin_cos():
+    y0 = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    got = odeint_rk4(oscillator, y0, 41, substeps=8)
+    t = torch.arange(41, dtype=torch.float64)
+    # Global error ~ steps * h^5 / 120 = 320 * 8^-5 / 120 ~ 8e-5 (phase drift).
+    torch.testing.assert_close(got, torch.stack((t.sin(), t.cos()), -1), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(("substeps", "tol"), [(1, 2e-3), (4, 1e-5)])
+def test_sinusoidal_init_reproduces_the_sinusoidal_table(substeps, tol):
+    enc = Floater(d_model=16, steps_per_position=substeps)
+    with torch.no_grad():
+        got = enc.table(64)
+    torch.testing.assert_close(got, sinusoidal_table(torch.arange(64), 16), atol=tol, rtol=0)
+
+
+def test_float_positions_interpolate_along_the_ode():
+    enc = Floater(d_model=8, steps_per_position=4)
+    pos = torch.tensor([0.0, 2.5, 7.25])
+    with torch.no_grad():
+        got = enc.positions(pos)
+    torch.testing.assert_close(got, sinusoidal_table(pos, 8), atol=1e-5, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(enc.positions(torch.tensor([3.0])), enc.table(4)[3:4])
+
+
+def test_learns_and_cache_follows_parameters():
+    torch.manual_seed(0)
+    enc = Floater(d_model=8, init="random")
+    x = torch.zeros(1, 5, 8)
+    out = enc.embed(x, torch.arange(5))
+    out.square().sum().backward()
+    assert enc.net[0].weight.grad.abs().sum() > 0 and enc.p0.grad.abs().sum() > 0
+    with torch.no_grad():
+        before = enc.table(6).clone()
+        enc.net[2].bias.add_(0.5)  # an optimizer step changes parameters in place
+        after = enc.table(6)
+    assert not torch.allclose(before, after)
+    with torch.no_grad():
+        torch.testing.assert_close(enc.table(6), after)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="init"):
+        Floater(d_model=8, init="zeros")
+    with pytest.raises(ValueError, match="even"):
+        Floater(d_model=7)
+    with pytest.raises(ValueError, match=">= 0"), torch.no_grad():
+        Floater(d_model=8).positions(torch.tensor([-1.0]))
+    assert math.isclose(Floater(d_model=16).scale, 0.25)
