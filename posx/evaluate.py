@@ -1,135 +1,147 @@
-"""The length sweep: evaluate a trained run at many sequence lengths, one CSV row per length.
+"""The length sweep: evaluate a trained run at many lengths, one ``eval.csv`` row per length and
+one ``eval_positions.csv`` row per (length, position bucket).
 
-Protocol ``full``: the held-out data is cut into non-overlapping sequences of the eval length and
-every scored token is predicted with all the tokens before it in its sequence (the extrapolation
-regime). Every run of the same task gets the same sequences at a given length and seed.
+Each row records its protocol (``mode``, ``window``, ``stride``; see
+:mod:`posx.evaluation.protocol`) and its eval-time ``overrides``, so no number is ambiguous.
+Every run of a task reads the same held-out sequences at a given length and seed (cached under
+the results root, :mod:`posx.evaluation.data`). Memory per length: :mod:`posx.evaluation.memory`.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from posx.build import build_model, build_task
-from posx.config import validate
+from posx.build import build_model, build_positions, build_task
+from posx.config import EvalConfig, validate
 from posx.errors import ConfigError, PosxError
+from posx.evaluation.buckets import bucket_rows
+from posx.evaluation.data import CACHE_DIR, eval_set, results_root
+from posx.evaluation.memory import PeakMemory
+from posx.evaluation.protocol import Protocol, Tally, resolve_protocol, score
 from posx.model.transformer import TransformerLM
 from posx.results import SCHEMA_VERSION, load_checkpoint, merge_rows, run_config, run_info
-from posx.tasks.base import Task
+from posx.tasks.base import Batch, Task
 from posx.tasks.text import sequences_for
 from posx.train import pick_device
 
 ROW_KEYS = ["eval_length", "mode", "window", "stride", "overrides"]
+# Eval settings recorded in their own columns (or not affecting results), so not in `overrides`.
+PROTOCOL_KEYS = ("eval.mode", "eval.window", "eval.stride", "eval.buckets", "eval.batch_tokens")
 
 
-class PeakMemory:
-    """Peak memory in MiB inside a ``with`` block: CUDA allocator peak, or sampled process RSS."""
-
-    def __init__(self, device: torch.device, interval: float = 0.002) -> None:
-        self.device, self.interval, self.peak_mb = device, interval, float("nan")
-        self._stop = threading.Event()
-
-    @staticmethod
-    def rss_mb() -> float:
-        try:
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * 4096 / 2**20
-        except OSError:  # not Linux: fall back to the lifetime peak
-            import resource
-
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.peak_mb = max(self.peak_mb, self.rss_mb())
-
-    def __enter__(self) -> PeakMemory:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            self.peak_mb = self.rss_mb()
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.device.type == "cuda":
-            self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
-        else:
-            self._stop.set()
-            self._thread.join()
-            self.peak_mb = max(self.peak_mb, self.rss_mb())
-
-
-@torch.inference_mode()
-def evaluate_length(
-    model: TransformerLM, task: Task, length: int, ecfg: DictConfig, device: torch.device
-) -> dict[str, Any]:
-    """Metrics of ``model`` on the task's fixed held-out sequences of ``length`` tokens."""
-    data = task.eval_set(length, sequences_for(ecfg.tokens, length), ecfg.seed)
-    per_batch = max(1, ecfg.batch_tokens // length)
-    loss_sum, correct, scored, exact, sequences = 0.0, 0, 0, 0, 0
-    start = time.perf_counter()
-    with PeakMemory(device) as mem:
-        for i in range(0, len(data), per_batch):
-            batch = data[i : i + per_batch].to(device)
-            logits = model(batch.inputs).float()
-            losses = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
-            hit = (logits.argmax(-1) == batch.targets) & batch.mask
-            loss_sum += losses[batch.mask].sum().item()
-            correct += hit.sum().item()
-            scored += batch.mask.sum().item()
-            has_answer = batch.mask.any(1)
-            exact += ((hit == batch.mask).all(1) & has_answer).sum().item()
-            sequences += has_answer.sum().item()
-    seconds = time.perf_counter() - start
-    loss = loss_sum / max(scored, 1)
+def metrics(tally: Tally, task: Task, seconds: float) -> dict[str, Any]:
+    """The row's metrics from the sums of one length (means over scored tokens)."""
+    scored = int(tally.count.sum())
+    loss = float(tally.loss.sum()) / max(scored, 1)
+    answered = int((tally.seq_count > 0).sum())
     return {
         "loss": loss,
         "ppl": math.exp(min(loss, 80.0)),
         "bpb": loss / math.log(2) / task.bytes_per_token if task.bytes_per_token else math.nan,
-        "acc": correct / max(scored, 1),
-        "exact_match": exact / max(sequences, 1) if task.exact_match else math.nan,
+        "acc": int(tally.hits.sum()) / max(scored, 1),
+        "exact_match": int(tally.exact.sum()) / max(answered, 1) if task.exact_match else math.nan,
         "tokens": scored,
-        "sequences": len(data),
+        "sequences": len(tally.seq_count),
         "seconds": seconds,
-        "tokens_per_s": data.inputs.numel() / seconds,
-        "peak_mem_mb": mem.peak_mb,
+        "tokens_per_s": tally.forward_tokens / max(seconds, 1e-9),
+        "forward_tokens": tally.forward_tokens,
     }
 
 
+@torch.inference_mode()
+def evaluate_length(
+    model: TransformerLM,
+    task: Task,
+    data: Batch,
+    protocol: Protocol,
+    ecfg: DictConfig,
+    device: torch.device,
+    on_batch: Any = None,
+    positions: Any = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Metrics of ``model`` on the eval set ``data`` (``[n, L]``) read under ``protocol``.
+
+    Returns:
+        The row's metrics (with peak memory and the task's per-sequence metrics) and the
+        per-position bucket rows.
+    """
+    start = time.perf_counter()
+    with PeakMemory(device) as mem:
+        tally = score(model, data, protocol, ecfg.batch_tokens, device, on_batch, positions)
+    row = metrics(tally, task, time.perf_counter() - start)
+    row.update(peak_mem_mb=mem.peak_mb, mem_delta_mb=mem.delta_mb)
+    sequence_metrics = getattr(task, "sequence_metrics", None)  # optional Task hook
+    if sequence_metrics is not None:
+        row.update(sequence_metrics(data, tally.exact))
+    return row, bucket_rows(tally, ecfg.buckets)
+
+
 def evaluate_model(
-    model: TransformerLM, task: Task, lengths: list[int], ecfg: DictConfig, device: torch.device
-) -> list[dict[str, Any]]:
-    """One row per length; a length that cannot run is a row with its status and reason."""
+    model: TransformerLM,
+    task: Task,
+    lengths: list[int],
+    cfg: DictConfig,
+    device: torch.device,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Eval rows (one per length) and bucket rows; a length that cannot run is a row with its
+    status and reason, never an exception."""
+    ecfg = cfg.eval
+    strategy = build_positions(cfg)  # the run's position strategy (randomized may sample here)
     model.eval()
-    rows = []
-    for length in lengths:
-        row: dict[str, Any] = {"eval_length": length, "status": "ok", "reason": ""}
-        reason = model.encoding.unsupported_reason(length)
+    task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
+    bar = progress.add_task("eval", total=len(lengths), what="") if progress else None
+    rows, buckets = [], []
+    for done, length in enumerate(lengths):
+        proto = resolve_protocol(ecfg.mode, length, ecfg.window, ecfg.stride, cfg.train.length)
+        row: dict[str, Any] = {
+            "eval_length": length,
+            "mode": proto.mode,
+            "window": proto.window,
+            "stride": proto.stride,
+            "status": "ok",
+            "reason": "",
+        }
+        # The model reads `window` tokens at once (= length in full mode), so a learned
+        # absolute encoding can still be evaluated at any length in sliding mode.
+        reason = model.encoding.unsupported_reason(proto.window) or strategy.unsupported_reason(
+            proto.window
+        )
         if reason:
             row.update(status="unsupported", reason=reason)
         else:
             try:
-                row.update(evaluate_length(model, task, length, ecfg, device))
-            except (
-                RuntimeError,
-                ValueError,
-                PosxError,
-            ) as err:  # e.g. out of memory at this length
+                n = sequences_for(ecfg.tokens, length)
+                data = eval_set(task, length, n, ecfg.seed, cache_dir, task_cfg)
+
+                def on_batch(i: int, total: int, done: int = done, length: int = length) -> None:
+                    if progress is not None and bar is not None:
+                        progress.update(bar, completed=done + i / total, what=f"L={length}")
+
+                metrics_, position_rows = evaluate_length(
+                    model, task, data, proto, ecfg, device, on_batch, strategy.evaluator(ecfg.seed)
+                )
+                row.update(metrics_)
+                buckets += [{**row_key(row), **b} for b in position_rows]
+            except (RuntimeError, ValueError, PosxError) as err:  # e.g. out of memory
                 row.update(status="failed", reason=str(err).strip().splitlines()[0][:300])
         rows.append(row)
-    return rows
+    return rows, buckets
+
+
+def row_key(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in ("eval_length", "mode", "window", "stride", "status", "reason")}
 
 
 def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
@@ -144,10 +156,26 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         try:
             OmegaConf.update(cfg, o.key_or_group, o.value(), force_add=o.is_add())
         except OmegaConfBaseException as err:
+            from posx.launch import key_hint
+
             raise ConfigError(
                 f"bad eval override {o.input_line!r}: {str(err).splitlines()[0]}"
+                + key_hint(cfg, o.key_or_group)
             ) from err
     return cfg
+
+
+def with_eval_defaults(cfg: DictConfig) -> DictConfig:
+    """A run's saved config with eval settings added since it was trained (typed defaults)."""
+    cfg = cfg.copy()
+    cfg.eval = OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg.eval)
+    return cfg
+
+
+def recorded_overrides(overrides: list[str]) -> str:
+    """The ``overrides`` column: sorted, space-joined, protocol settings left out."""
+    keep = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in PROTOCOL_KEYS]
+    return " ".join(sorted(keep))
 
 
 def evaluate_run(
@@ -158,24 +186,49 @@ def evaluate_run(
     task: Task | None = None,
     cfg: DictConfig | None = None,
     device: str = "auto",
+    progress: bool = False,
+    cache_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Evaluates one run at ``lengths`` and merges the rows into ``run_dir/eval.csv``.
+    """Evaluates one run at ``lengths``; merges rows into ``eval.csv`` and ``eval_positions.csv``.
 
     Model, task and config are rebuilt from the run directory unless the caller (training)
     passes them in. Rows with the same (length, mode, window, stride, overrides) are replaced.
+
+    Args:
+        run_dir: The run directory.
+        lengths: Eval lengths.
+        overrides: Eval-time ``key=value`` overrides (``eval.mode=sliding`` etc. included).
+        model: Trained model (with ``task`` and ``cfg``), instead of loading the checkpoint.
+        task: The run's task.
+        cfg: The run's config.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        progress: Show a progress bar for this run.
+        cache_dir: Held-out data cache (default ``<results root>/.eval_cache``).
+
+    Returns:
+        The eval rows written.
     """
     overrides = sorted(overrides or [])
     info = run_info(run_dir)
     if model is None or task is None or cfg is None:
-        cfg = apply_overrides(run_config(run_dir), overrides)
+        cfg = apply_overrides(with_eval_defaults(run_config(run_dir)), overrides)
         validate(cfg)
         task = build_task(cfg)
         model = build_model(cfg, task.vocab_size)
         load_checkpoint(run_dir, model)
-        dev = pick_device(device)
-        model.to(dev)
+        model.to(pick_device(device))
     dev = next(model.parameters()).device
-    rows = evaluate_model(model, task, lengths, cfg.eval, dev)
+    cache = cache_dir or results_root(run_dir) / CACHE_DIR
+    bar = Progress(
+        TextColumn(f"[bold]{run_dir.name}[/] eval"),
+        BarColumn(),
+        TextColumn("{task.fields[what]}"),
+        TimeElapsedColumn(),
+        disable=not progress,
+        transient=True,
+    )
+    with bar:
+        rows, buckets = evaluate_model(model, task, lengths, cfg, dev, cache, bar)
     ident = {
         "schema_version": SCHEMA_VERSION,
         "run": info["run"],
@@ -184,11 +237,13 @@ def evaluate_run(
         "model": info["model"],
         "seed": info["seed"],
         "train_length": info["train_length"],
-        "mode": "full",
-        "overrides": " ".join(overrides),
+        "overrides": recorded_overrides(overrides),
         "eval_seed": cfg.eval.seed,
         "device": dev.type,
     }
-    rows = [{**ident, "window": r["eval_length"], "stride": r["eval_length"], **r} for r in rows]
+    rows = [{**ident, **r} for r in rows]
     merge_rows(run_dir / "eval.csv", rows, ROW_KEYS)
+    merge_rows(
+        run_dir / "eval_positions.csv", [{**ident, **b} for b in buckets], ROW_KEYS, replaces=rows
+    )
     return rows

@@ -1,13 +1,23 @@
 """Causal attention whose kernel is chosen from what the encoding declares.
 
 - no bias, no ``attend``: ``scaled_dot_product_attention(is_causal=True)`` (flash on GPU);
-- a bias: blocked over queries, each block building only its own ``[h, block, sk]`` bias, so
-  memory grows as O(block x s) rather than O(s^2);
+- a bias, on CUDA: FlexAttention with a ``score_mod`` that adds ``encoding.bias`` for one
+  (query, key) pair, compiled into a fused kernel, so no ``[s, s]`` tensor ever exists;
+- a bias, elsewhere: blocked over queries, each block building only its own ``[h, block, sk]``
+  bias; the block shrinks at long lengths so one block's scores stay under a fixed element
+  budget, which keeps memory linear in the sequence length;
 - ``attend``: the encoding's own computation.
+
+``POSX_ATTENTION=blocked`` forces the blocked kernel on CUDA too (a fallback should a custom
+bias not compile under FlexAttention).
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import warnings
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -17,6 +27,68 @@ from torch import Tensor
 from posx.encodings.base import PositionalEncoding
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
+# Largest score/bias tensor one query block may build (elements of [b, h, block, sk]):
+# 2^22 float32 values = 16 MiB, whatever the length.
+MAX_BLOCK_ELEMENTS = 2**22
+
+try:  # FlexAttention arrived in torch 2.5; without it every bias takes the blocked path.
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    FLEX_AVAILABLE = True
+except ImportError:  # pragma: no cover - depends on the installed torch
+    FLEX_AVAILABLE = False
+
+
+def choose_kernel(
+    encoding: PositionalEncoding, device: torch.device, flex_available: bool = FLEX_AVAILABLE
+) -> str:
+    """The attention kernel for ``encoding`` on ``device``.
+
+    Returns:
+        ``"attend"`` (the encoding's own), ``"sdpa"`` (fused causal, no bias), ``"flex"``
+        (FlexAttention ``score_mod``; CUDA only, since it is forward-only on CPU and training
+        needs gradients) or ``"blocked"`` (query-blocked SDPA with a bias, any device).
+    """
+    if encoding.has_attend:
+        return "attend"
+    if not encoding.has_bias:
+        return "sdpa"
+    forced = os.environ.get("POSX_ATTENTION", "auto")
+    if device.type == "cuda" and flex_available and forced != "blocked" and flex_ok(encoding):
+        return "flex"
+    return "blocked"
+
+
+# encoding -> whether its bias runs inside a score_mod (probed once per instance)
+_FLEX_OK: weakref.WeakKeyDictionary[PositionalEncoding, bool] = weakref.WeakKeyDictionary()
+
+
+def flex_ok(encoding: PositionalEncoding) -> bool:
+    """Whether ``encoding.bias`` can run inside a FlexAttention ``score_mod``.
+
+    A bias qualifies when it is traceable for one (query, key) pair: no data-dependent Python
+    (``.item()``, ``int(tensor)``, shapes from values). This is probed once per encoding with
+    FlexAttention's eager reference on a 3-token CPU input; a bias that fails falls back to the
+    blocked kernel, so any encoding works and traceable ones get the fused kernel.
+    """
+    if encoding not in _FLEX_OK:
+        _FLEX_OK[encoding] = _probe_flex(encoding)
+    return _FLEX_OK[encoding]
+
+
+def _probe_flex(encoding: PositionalEncoding) -> bool:
+    try:
+        device = next(iter(encoding.buffers()), next(iter(encoding.parameters()), None))
+        device = device.device if device is not None else torch.device("cpu")
+        pos = torch.arange(3, device=device)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the eager reference warns that it is unfused
+            heads = encoding.bias(pos[:1], pos[:1]).shape[-3]
+            q = torch.zeros(1, heads, 3, 16, device=device)
+            flex_bias_attention(q, q, q, pos, pos, encoding.bias, compile=False)
+        return True
+    except Exception:  # noqa: BLE001 - any failure to trace means "use the blocked kernel"
+        return False
 
 
 def causal_attention(
@@ -37,16 +109,29 @@ def causal_attention(
         q_pos: Query positions ``[s]`` or ``[b, s]``.
         k_pos: Key positions ``[s]`` or ``[b, s]``.
         encoding: The layer's positional encoding.
-        block_size: Queries per block on the biased path.
+        block_size: Most queries per block on the blocked bias path.
 
     Returns:
         ``[b, h, s, d_h]``.
     """
-    if encoding.has_attend:
+    kernel = choose_kernel(encoding, q.device)
+    if kernel == "attend":
         return encoding.attend(q, k, v, q_pos, k_pos)
     q, k = encoding.rotate(q, k, q_pos, k_pos)
-    if not encoding.has_bias:
+    if kernel == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if kernel == "flex":
+        try:
+            return flex_bias_attention(q, k, v, q_pos, k_pos, encoding.bias)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a bias the compiler rejects: fall back once
+            _FLEX_OK[encoding] = False
+            warnings.warn(
+                f"FlexAttention failed for {type(encoding).__name__} ({type(err).__name__}); "
+                "using blocked attention for it",
+                stacklevel=2,
+            )
     return blocked_bias_attention(q, k, v, q_pos, k_pos, encoding.bias, block_size)
 
 
@@ -55,6 +140,11 @@ def causal_block_mask(i0: int, i1: int, device: torch.device) -> Tensor:
     rows = torch.arange(i0, i1, device=device).unsqueeze(-1)
     cols = torch.arange(i1, device=device)
     return cols > rows
+
+
+def query_block(block_size: int, batch: int, heads: int, keys: int) -> int:
+    """Queries per block: ``block_size``, or fewer so ``[b, h, block, keys]`` fits the budget."""
+    return max(1, min(block_size, MAX_BLOCK_ELEMENTS // max(1, batch * heads * keys)))
 
 
 def blocked_bias_attention(
@@ -69,7 +159,9 @@ def blocked_bias_attention(
     """Causal attention with an additive bias computed one query block at a time.
 
     Query block ``[i0, i1)`` only sees keys ``[0, i1)``, so each SDPA call gets a
-    ``[(b,) h, i1 - i0, i1]`` bias and the full ``s x s`` matrix never exists.
+    ``[(b,) h, i1 - i0, i1]`` bias and the full ``s x s`` matrix never exists. The block holds
+    at most ``block_size`` queries and fewer at long lengths (see :func:`query_block`), so the
+    largest temporary is bounded and memory grows linearly with ``s``.
 
     Args:
         q: Queries ``[b, h, s, d_h]``.
@@ -78,20 +170,80 @@ def blocked_bias_attention(
         q_pos: Query positions ``[s]`` or ``[b, s]``.
         k_pos: Key positions ``[s]`` or ``[b, s]``.
         bias_fn: ``(q_pos_block, k_pos_prefix) -> [(b,) h, block, prefix]``.
-        block_size: Queries per block (``>= s`` gives a single unblocked call).
+        block_size: Most queries per block (``>= s`` gives one unblocked call at short ``s``).
 
     Returns:
         ``[b, h, s, d_h]``.
     """
     if block_size <= 0:
         raise ValueError(f"attention block_size must be positive, got {block_size}")
-    s = q.shape[-2]
+    b, h, s, _ = q.shape
+    step = query_block(block_size, b, h, s)
     outputs = []
-    for i0 in range(0, s, block_size):
-        i1 = min(s, i0 + block_size)
+    # Last block first: its temporaries are the largest, so every later (smaller) block fits in
+    # memory the allocator already holds. Growing blocks would each need a fresh, larger chunk,
+    # and on CPU the heap keeps the smaller freed ones: RSS several times the live tensors.
+    for i0 in reversed(range(0, s, step)):
+        i1 = min(s, i0 + step)
         bias = bias_fn(q_pos[..., i0:i1], k_pos[..., :i1]).to(q.dtype)
         bias = bias.masked_fill(causal_block_mask(i0, i1, q.device), float("-inf"))
         outputs.append(
             F.scaled_dot_product_attention(q[..., i0:i1, :], k[..., :i1, :], v[..., :i1, :], bias)
         )
-    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
+
+
+def _causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    return q_idx >= kv_idx
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_block_mask(sq: int, sk: int, device: str) -> object:
+    # Depends only on the sizes, so one mask serves every layer and batch of a length.
+    return create_block_mask(_causal, None, None, sq, sk, device=device)
+
+
+@functools.cache
+def _compiled_flex() -> Callable[..., Tensor]:
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_bias_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    bias_fn: BiasFn,
+    compile: bool = True,
+) -> Tensor:
+    """Causal attention with the bias added inside FlexAttention's ``score_mod``.
+
+    The ``score_mod`` calls ``bias_fn`` on the single (query, key) position pair it is given,
+    so any bias that is a function of positions works without an encoding-specific kernel;
+    compiled, it never materialises a score or bias matrix.
+
+    Args:
+        q: Queries ``[b, h, s, d_h]``.
+        k: Keys ``[b, h, s, d_h]``.
+        v: Values ``[b, h, s, d_h]``.
+        q_pos: Query positions ``[s]`` or ``[b, s]``.
+        k_pos: Key positions ``[s]`` or ``[b, s]``.
+        bias_fn: ``(q_pos [1], k_pos [1]) -> [(1,) h, 1, 1]``.
+        compile: Use the compiled fused kernel (``False``: the eager reference, which
+            materialises the scores; for tests on CPU).
+
+    Returns:
+        ``[b, h, s, d_h]``.
+    """
+    per_row = q_pos.dim() == 2
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        qp = (q_pos[b, q_idx] if per_row else q_pos[q_idx]).reshape(1)
+        kp = (k_pos[b, kv_idx] if per_row else k_pos[kv_idx]).reshape(1)
+        bias = bias_fn(qp, kp)  # [h, 1, 1] or [1, h, 1, 1]
+        return score + bias.reshape(-1)[h]
+
+    mask = _causal_block_mask(q.shape[-2], k.shape[-2], str(q.device))
+    attend = _compiled_flex() if compile else flex_attention
+    return attend(q, k, v, score_mod=score_mod, block_mask=mask)
