@@ -1,0 +1,174 @@
+"""``posx report``: results below a root -> tables, ranking, exports and plots.
+
+Modules: ``data`` (loading, filters, metric choice, degradation ratio), ``tables`` (summary and
+wide tables), ``rank`` (mean reciprocal rank across tasks), ``export`` (rich, Markdown, LaTeX,
+CSV), ``html`` (one self-contained page) and ``plots`` (matplotlib figures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from posx.errors import ConfigError
+from posx.report.data import (
+    load_evals,
+    load_positions,
+    load_training,
+    metric_by_task,
+    parse_by,
+    select,
+)
+from posx.report.export import to_csv, to_latex, to_markdown, to_rich
+from posx.report.rank import RANK_LENGTHS, rank_table
+from posx.report.tables import WideTable, pivot, summarize
+
+FORMATS = {"rich": "rich", "md": "md", "markdown": "md", "csv": "csv", "latex": "latex",
+           "tex": "latex", "html": "html"}  # fmt: skip
+SUFFIXES = {".md": "md", ".markdown": "md", ".csv": "csv", ".tex": "latex", ".html": "html",
+            ".htm": "html"}  # fmt: skip
+
+__all__ = [
+    "Report",
+    "make_report",
+    "metric_by_task",
+    "output_format",
+    "pivot",
+    "render",
+    "report_figures",
+    "rich_renderables",
+    "summarize",
+    "to_csv",
+    "to_latex",
+    "to_markdown",
+    "to_rich",
+]
+
+
+@dataclass
+class Report:
+    """Everything one ``posx report`` call shows, computed once for every format."""
+
+    summary: pd.DataFrame
+    tables: list[WideTable]
+    rank: pd.DataFrame | None
+    positions: pd.DataFrame | None = None
+    training: pd.DataFrame | None = None
+    by: list[str] = field(default_factory=list)
+    rank_lengths: str = "ood"
+    digits: int = 3
+    ratio: bool = True
+    figures: list | None = None  # drawn on first use, shared by --plot and the HTML page
+
+
+def make_report(
+    root: Path,
+    metric: str = "auto",
+    tasks: Sequence[str] | None = None,
+    encodings: Sequence[str] | None = None,
+    modes: Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    by: Sequence[str] | None = None,
+    rank: bool | None = None,
+    rank_lengths: str = "ood",
+    digits: int = 3,
+    ratio: bool = True,
+) -> Report:
+    """Loads, filters and summarises every result below ``root``.
+
+    Args:
+        root: Results root; every run directory below it counts.
+        metric: ``auto`` or a metric column (see ``metric_by_task``).
+        tasks, encodings, modes, variants: Filters (see ``data.select``).
+        by: Identity columns compared inside one table (model, train_length, task, mode, seed).
+        rank: Include the mean-reciprocal-rank table; None = when 2+ tasks are shown.
+        rank_lengths: ``ood`` (eval lengths past training) or ``all``.
+        digits: Decimals in the tables.
+        ratio: Show each cell's loss relative to the training length.
+    """
+    if rank_lengths not in RANK_LENGTHS:
+        raise ConfigError(f"unknown --rank-lengths {rank_lengths!r}; choose from ood, all")
+    if not 0 <= digits <= 10:
+        raise ConfigError(f"--digits must be between 0 and 10, got {digits}")
+    by_cols = parse_by(by)
+    frame = select(load_evals(root), tasks, encodings, modes, variants)
+    if frame.empty:
+        raise ConfigError(f"no eval rows under {root} match the filters")
+    summary = summarize(frame, metric, by_cols)
+    tables = pivot(summary, by_cols)
+    show_rank = rank if rank is not None else frame["task"].nunique() > 1
+    runs = set(frame["run_dir"])
+    positions = load_positions(root)
+    if positions is not None:
+        positions = select(positions, tasks, encodings, modes, variants, strict=False)
+        positions = positions[positions["run_dir"].isin(runs)]
+        if "status" in positions:
+            positions = positions[positions["status"] == "ok"]
+    training = load_training(root)
+    if training is not None:
+        training = training[training["run_dir"].isin(runs)]
+    return Report(
+        summary=summary,
+        tables=tables,
+        rank=rank_table(tables, rank_lengths) if show_rank else None,
+        positions=positions,
+        training=training,
+        by=by_cols,
+        rank_lengths=rank_lengths,
+        digits=digits,
+        ratio=ratio,
+    )
+
+
+def output_format(fmt: str | None, output: Path | None) -> str:
+    """The export format: ``--format``, else the output file's suffix, else rich."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ConfigError(f"unknown --format {fmt!r}; choose from rich, md, csv, latex, html")
+        return FORMATS[fmt]
+    if output is not None:
+        return SUFFIXES.get(output.suffix.lower(), "md")
+    return "rich"
+
+
+def report_figures(report: Report) -> list:
+    """Every plot of the report as (file stem, matplotlib Figure), drawn once per report."""
+    from posx.report.plots import figures
+
+    if report.figures is None:
+        report.figures = figures(report.tables, report.positions, report.training, report.by)
+    return report.figures
+
+
+def render(report: Report, fmt: str, rank_csv: bool = False) -> str:
+    """The report as text in ``md``, ``csv``, ``latex`` or ``html`` (plots embedded).
+
+    ``csv`` is the long summary, one row per cell, or with ``rank_csv`` the ranking table
+    (one row per variant: mrr, tasks, rank per scenario).
+    """
+    opts = {"which": report.rank_lengths, "digits": report.digits, "ratio": report.ratio}
+    if fmt == "csv" and rank_csv:
+        if report.rank is None:
+            raise ConfigError("no ranking to write; pass --rank")
+        return to_csv(report.rank)
+    if fmt == "md":
+        return to_markdown(report.tables, report.rank, **opts)
+    if fmt == "latex":
+        return to_latex(report.tables, report.rank, **opts)
+    if fmt == "csv":
+        return to_csv(report.summary)
+    if fmt == "html":
+        from posx.report.html import to_html
+        from posx.report.plots import render as render_figure
+
+        figs = [(stem, render_figure(fig, "svg")) for stem, fig in report_figures(report)]
+        return to_html(report.tables, report.rank, figs, **opts)
+    raise ConfigError(f"cannot render format {fmt!r} as text")
+
+
+def rich_renderables(report: Report) -> list:
+    """Terminal tables (rich) for the report."""
+    return to_rich(report.tables, report.rank, report.rank_lengths, report.digits, report.ratio)

@@ -1,0 +1,256 @@
+"""Loads the result tables below a root and selects the rows a report shows.
+
+Three tables feed a report: every run's ``eval.csv`` (one row per eval length and protocol),
+``eval_positions.csv`` (loss per position bucket; optional, older runs lack it) and
+``metrics.csv`` (the training curve, identified through ``run.json``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from posx.errors import ConfigError, PosxError
+from posx.results import SCHEMA_VERSION, find_runs, run_info
+
+# One table per combination of these; `--by` moves some of them into the row labels instead.
+IDENTITY = ["task", "train_length", "model", "mode"]
+BY_CHOICES = ("task", "model", "train_length", "mode", "seed")
+LOWER_IS_BETTER = {
+    "loss": True,
+    "ppl": True,
+    "bpb": True,
+    "acc": False,
+    "exact_match": False,
+    "seconds": True,
+    "tokens_per_s": False,
+    "peak_mem_mb": True,
+}
+METRICS = ("loss", "ppl", "bpb", "acc", "exact_match")
+# Columns that describe a row rather than measure it; never offered as a metric.
+NOT_METRICS = {
+    "schema_version",
+    "seed",
+    "train_length",
+    "eval_seed",
+    "window",
+    "stride",
+    "eval_length",
+    "tokens",
+    "sequences",
+    "bucket_start",
+    "bucket_end",
+}
+
+
+def lower_is_better(metric: str) -> bool:
+    """Direction of a metric; unknown columns named ``acc*``/``exact*`` are accuracies."""
+    if metric in LOWER_IS_BETTER:
+        return LOWER_IS_BETTER[metric]
+    return not metric.startswith(("acc", "exact"))
+
+
+def _read_tables(root: Path, name: str) -> list[pd.DataFrame]:
+    frames = []
+    for run in find_runs(root):
+        path = run / name
+        if not path.is_file():
+            continue
+        try:
+            frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+            raise PosxError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
+        if "schema_version" in frame:
+            version = frame["schema_version"].max()
+            if pd.isna(version) or version > SCHEMA_VERSION:
+                raise PosxError(f"{path} has an unknown schema version ({version}); upgrade posx")
+        # Run names repeat across sweeps (job numbers restart), so the directory identifies a run.
+        frame["run_dir"] = str(run.relative_to(root))
+        frames.append(frame)
+    return frames
+
+
+def load_evals(root: Path) -> pd.DataFrame:
+    """Every ``eval.csv`` row below ``root``, normalised; an error when there are none."""
+    frames = _read_tables(root, "eval.csv")
+    if not frames:
+        raise ConfigError(f"no eval.csv found under {root}; run `posx train` or `posx eval` first")
+    return normalize(pd.concat(frames, ignore_index=True))
+
+
+def load_positions(root: Path) -> pd.DataFrame | None:
+    """Every ``eval_positions.csv`` row below ``root``, or None when no run has one."""
+    frames = _read_tables(root, "eval_positions.csv")
+    return normalize(pd.concat(frames, ignore_index=True)) if frames else None
+
+
+def load_training(root: Path) -> pd.DataFrame | None:
+    """Every run's ``metrics.csv`` with its identity from ``run.json``; None when none exist."""
+    frames = []
+    for run in find_runs(root):
+        path = run / "metrics.csv"
+        if not path.is_file():
+            continue
+        info = run_info(run)
+        frame = pd.read_csv(path)
+        for key in ("encoding", "task", "model", "seed", "train_length"):
+            frame[key] = info.get(key)
+        frame["run_dir"] = str(run.relative_to(root))
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def normalize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fills the identity columns that CSV round trips leave empty and adds ``variant``."""
+    frame = frame.copy()
+    # An all-empty text column reads back as float NaN; go through object to fill it.
+    defaults = {"overrides": "", "mode": "full", "status": "ok", "reason": ""}
+    for col, default in defaults.items():
+        if col in frame or col in ("overrides", "mode"):
+            values = frame[col] if col in frame else pd.Series(default, index=frame.index)
+            frame[col] = values.astype(object).fillna(default).astype(str)
+    for col in ("train_length", "eval_length", "seed"):
+        if col in frame:
+            frame[col] = frame[col].astype(int)
+    frame["variant"] = [
+        f"{enc} [{extra}]" if extra else str(enc)
+        for enc, extra in zip(frame["encoding"], frame["overrides"], strict=True)
+    ]
+    return frame
+
+
+def _split(values: Sequence[str] | None) -> list[str]:
+    """Repeated and comma-separated option values as one list."""
+    return [v.strip() for text in values or [] for v in text.split(",") if v.strip()]
+
+
+def parse_by(values: Sequence[str] | None) -> list[str]:
+    by = _split(values)
+    for col in by:
+        if col not in BY_CHOICES:
+            raise ConfigError(f"unknown --by {col!r}; choose from {', '.join(BY_CHOICES)}")
+    return list(dict.fromkeys(by))
+
+
+def _matches_variant(overrides: str, wanted: str) -> bool:
+    if wanted == "all":
+        return True
+    if wanted in ("base", "none"):
+        return overrides == ""
+    return set(wanted.split()) <= set(overrides.split())
+
+
+def select(
+    frame: pd.DataFrame,
+    tasks: Sequence[str] | None = None,
+    encodings: Sequence[str] | None = None,
+    modes: Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    strict: bool = True,
+) -> pd.DataFrame:
+    """The rows matching every filter; a filter value that matches nothing is an error.
+
+    Args:
+        frame: Normalised rows (``load_evals`` or ``load_positions``).
+        tasks, encodings, modes: Allowed values (repeated or comma-separated).
+        variants: Eval-time variants to keep: ``base`` (no overrides), ``all``, or
+            space-separated ``key=value`` tokens the row's overrides must all contain.
+        strict: Whether a value that matches no row is an error (else it just selects none).
+    """
+    for option, col, wanted in (
+        ("--task", "task", _split(tasks)),
+        ("--encoding", "encoding", _split(encodings)),
+        ("--mode", "mode", _split(modes)),
+    ):
+        if not wanted:
+            continue
+        have = sorted(frame[col].astype(str).unique())
+        unknown = [w for w in wanted if w not in have]
+        if unknown and strict:
+            raise ConfigError(
+                f"no results for {option} {unknown[0]!r}; available: {', '.join(have)}"
+            )
+        frame = frame[frame[col].astype(str).isin(wanted)]
+    wanted = [v.strip() for v in variants or [] if v.strip()]
+    if wanted:
+        keep = pd.Series(False, index=frame.index)
+        for value in wanted:
+            hit = frame["overrides"].map(lambda o, v=value: _matches_variant(o, v))
+            if not hit.any() and strict:
+                have = sorted({o or "base" for o in frame["overrides"]})
+                raise ConfigError(
+                    f"no results for --variant {value!r}; available: {' | '.join(have)}"
+                )
+            keep |= hit
+        frame = frame[keep]
+    return frame
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    """Numeric measurement columns a report can show (the standard ones first)."""
+    extra = [
+        c
+        for c in frame.columns
+        if c not in METRICS
+        and c not in NOT_METRICS
+        and pd.api.types.is_numeric_dtype(frame[c])
+        and frame[c].notna().any()
+    ]
+    return [*METRICS, *sorted(extra)]
+
+
+def metric_by_task(frame: pd.DataFrame, metric: str) -> dict[str, str]:
+    """The metric each task's table shows.
+
+    ``auto`` picks bits per byte for text, exact match for synthetic tasks, else loss, per
+    task, so a report over text and copy runs shows each in its natural unit.
+    """
+    choices = metric_columns(frame)
+    if metric != "auto" and metric not in choices:
+        raise ConfigError(f"unknown metric {metric!r}; choose from auto, {', '.join(choices)}")
+    out = {}
+    for task, rows in frame[frame["status"] == "ok"].groupby("task"):
+        has = [m for m in choices if m in rows and rows[m].notna().any()]
+        if metric == "auto":
+            out[task] = next((m for m in ("bpb", "exact_match") if m in has), "loss")
+        elif metric in has:
+            out[task] = metric
+        else:
+            raise ConfigError(
+                f"metric {metric!r} is not recorded for task {task!r}; it has: {', '.join(has)}"
+            )
+    for task in frame["task"].unique():  # tasks with no successful row at all
+        out.setdefault(task, "loss" if metric == "auto" else metric)
+    return out
+
+
+def add_ratio(frame: pd.DataFrame) -> pd.DataFrame:
+    """Adds ``ratio``: each row's loss over the same run's loss at its training length.
+
+    The reference is the run's own row at ``eval_length == train_length`` with the same mode,
+    protocol and eval-time overrides; when that was never evaluated, the run's plain row (mode
+    ``full``, no overrides) at the training length. Without either, the ratio is NaN.
+    """
+    frame = frame.copy()
+    protocol = [
+        "" if mode == "full" else f"{w}/{s}"
+        for mode, w, s in zip(
+            frame["mode"],
+            frame.get("window", pd.Series(math.nan, index=frame.index)),
+            frame.get("stride", pd.Series(math.nan, index=frame.index)),
+            strict=True,
+        )
+    ]
+    frame["_protocol"] = protocol
+    at_train = frame[(frame["status"] == "ok") & (frame["eval_length"] == frame["train_length"])]
+    same = at_train.groupby(["run_dir", "mode", "_protocol", "overrides"])["loss"].first()
+    plain = at_train[(at_train["mode"] == "full") & (at_train["overrides"] == "")]
+    plain = plain.groupby("run_dir")["loss"].first()
+    keys = pd.MultiIndex.from_frame(frame[["run_dir", "mode", "_protocol", "overrides"]])
+    ref = pd.Series(same.reindex(keys).to_numpy(), index=frame.index)
+    ref = ref.fillna(frame["run_dir"].map(plain))
+    frame["ratio"] = frame["loss"].where(frame["status"] == "ok") / ref
+    return frame.drop(columns="_protocol")

@@ -1,0 +1,251 @@
+"""Renders ``WideTable``s and the ranking: terminal (rich), Markdown, LaTeX (booktabs), CSV.
+
+Every format shows the same cells: ``mean ± std`` over seeds, ``×r`` (loss relative to the
+run's own training length), ``n=k`` where a cell has fewer seeds than its row, the best cell per
+column in bold, and ``unsupported [k]``/``failed [k]`` with note ``k`` giving the reason.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from posx.report.tables import WideTable, cell_parts, title
+
+LEGEND = (
+    "mean ± std over seeds (n = seeds); ×r = loss relative to the same run at its training "
+    "length; best per column in bold"
+)
+
+
+def rank_title(which: str) -> str:
+    lengths = "eval lengths past training" if which == "ood" else "all eval lengths"
+    return f"Ranking across tasks: mean reciprocal rank (ranks on {lengths})"
+
+
+def _rank_cells(rank: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    header = ["encoding", "MRR", "tasks", *rank.columns[3:]]
+    rows = []
+    for rec in rank.itertuples(index=False):
+        ranks = ["—" if pd.isna(x) else str(int(x)) for x in rec[3:]]
+        rows.append([str(rec.variant), f"{rec.mrr:.3f}", str(rec.tasks), *ranks])
+    return header, rows
+
+
+# --- terminal --------------------------------------------------------------------------------
+
+
+def to_rich(
+    tables: list[WideTable],
+    rank: pd.DataFrame | None = None,
+    which: str = "ood",
+    digits: int = 3,
+    ratio: bool = True,
+) -> list[Table | Group | Text]:
+    """Rich renderables: one table per scenario (notes as its caption), then the ranking."""
+    out: list[Table | Group | Text] = []
+    for t in tables:
+        caption = "\n".join(f"[{i}] {note}" for i, note in enumerate(t.notes, 1)) or None
+        # The title goes above as its own line: a table title would wrap to the table's width.
+        out.append(Text(title(t.meta), style="bold"))
+        table = Table(caption=caption, caption_justify="left")
+        table.add_column("encoding", style="bold")
+        table.add_column("n", justify="right")
+        for length in t.lengths:
+            table.add_column(f"L={length}", justify="right")
+        for row in t.rows:
+            cells = [Text(row), Text(str(t.n[row]))]
+            for length in t.lengths:
+                value, extra, fewer, note = cell_parts(t, row, length, digits, ratio)
+                best = t.cell(row, length).best
+                text = Text(value, style="bold green" if best else ("dim" if note else ""))
+                if note:
+                    text.append(f" [{note}]", style="dim")
+                if extra:
+                    text.append(f" {extra}", style="cyan")
+                if fewer:
+                    text.append(f" ({fewer})", style="yellow")
+                cells.append(text)
+            table.add_row(*cells)
+        out.append(table)
+    if rank is not None and len(rank):
+        header, rows = _rank_cells(rank)
+        out.append(Text(rank_title(which), style="bold"))
+        table = Table()
+        for i, name in enumerate(header):
+            table.add_column(
+                name, justify="left" if i == 0 else "right", style="bold" if not i else ""
+            )
+        for cells in rows:
+            table.add_row(*(Text(c) for c in cells))
+        out.append(table)
+    if tables:
+        out.append(Text(LEGEND, style="dim"))
+    return out
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def md_cell(t: WideTable, row: str, length: int, digits: int, ratio: bool) -> str:
+    value, extra, fewer, note = cell_parts(t, row, length, digits, ratio)
+    text = f"**{value}**" if t.cell(row, length).best else value
+    if note:
+        text += f" [{note}]"
+    if extra:
+        text += f" {extra}"
+    if fewer:
+        text += f" ({fewer})"
+    return text
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+    ]
+    lines += ["| " + " | ".join(_md_escape(c) for c in cells) + " |" for cells in rows]
+    return lines
+
+
+def to_markdown(
+    tables: list[WideTable],
+    rank: pd.DataFrame | None = None,
+    which: str = "ood",
+    digits: int = 3,
+    ratio: bool = True,
+) -> str:
+    """GitHub-flavoured Markdown: a bold title, the table, then its notes, per scenario."""
+    parts = []
+    for t in tables:
+        header = ["encoding", "n", *(f"L={x}" for x in t.lengths)]
+        rows = [
+            [row, str(t.n[row]), *(md_cell(t, row, x, digits, ratio) for x in t.lengths)]
+            for row in t.rows
+        ]
+        lines = [f"**{title(t.meta)}**", "", *_md_table(header, rows)]
+        if t.notes:
+            lines += ["", *(f"- [{i}] {_md_escape(n)}" for i, n in enumerate(t.notes, 1))]
+        parts.append("\n".join(lines))
+    if rank is not None and len(rank):
+        header, rows = _rank_cells(rank)
+        parts.append("\n".join([f"**{rank_title(which)}**", "", *_md_table(header, rows)]))
+    if tables:
+        parts.append(f"_{LEGEND}._")
+    return "\n\n".join(parts) + "\n"
+
+
+# --- LaTeX -------------------------------------------------------------------------------------
+
+_TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "·": r"$\cdot$",
+    "×": r"$\times$",
+    "±": r"$\pm$",
+    "—": "---",
+}
+
+
+def tex_escape(text: str) -> str:
+    """Text safe inside a LaTeX document (special characters and posx's symbols)."""
+    return "".join(_TEX.get(ch, ch) for ch in str(text))
+
+
+def tex_cell(t: WideTable, row: str, length: int, digits: int, ratio: bool) -> str:
+    value, extra, fewer, note = cell_parts(t, row, length, digits, ratio)
+    text = tex_escape(value)
+    if t.cell(row, length).best:
+        text = rf"\textbf{{{text}}}"
+    if note:
+        text += rf"\textsuperscript{{{note}}}"
+    if extra:
+        text += rf" {{\scriptsize {tex_escape(extra)}}}"
+    if fewer:
+        text += rf" {{\scriptsize ({tex_escape(fewer)})}}"
+    return text
+
+
+def _tex_tabular(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}",
+        r"\toprule",
+        " & ".join(header) + r" \\",
+        r"\midrule",
+        *(" & ".join(cells) + r" \\" for cells in rows),
+        r"\bottomrule",
+        r"\end{tabular}",
+    ]
+
+
+def to_latex(
+    tables: list[WideTable],
+    rank: pd.DataFrame | None = None,
+    which: str = "ood",
+    digits: int = 3,
+    ratio: bool = True,
+) -> str:
+    """One booktabs ``table`` per scenario (caption = title + legend), notes under the tabular."""
+    parts = [r"% posx report; needs \usepackage{booktabs}"]
+    for t in tables:
+        header = ["encoding", "$n$", *(f"$L={x}$" for x in t.lengths)]
+        rows = [
+            [
+                tex_escape(row),
+                str(t.n[row]),
+                *(tex_cell(t, row, x, digits, ratio) for x in t.lengths),
+            ]
+            for row in t.rows
+        ]
+        lines = [
+            r"\begin{table}[t]",
+            r"\centering",
+            rf"\caption{{{tex_escape(title(t.meta))}. {tex_escape(LEGEND)}.}}",
+            *_tex_tabular(header, rows),
+        ]
+        if t.notes:
+            notes = r"\\ ".join(
+                rf"\textsuperscript{{{i}}}{tex_escape(n)}" for i, n in enumerate(t.notes, 1)
+            )
+            lines += [r"\par\smallskip{\footnotesize " + notes + "}"]
+        lines.append(r"\end{table}")
+        parts.append("\n".join(lines))
+    if rank is not None and len(rank):
+        header, rows = _rank_cells(rank)
+        parts.append(
+            "\n".join(
+                [
+                    r"\begin{table}[t]",
+                    r"\centering",
+                    rf"\caption{{{tex_escape(rank_title(which))}.}}",
+                    *_tex_tabular(
+                        [tex_escape(h) for h in header],
+                        [[tex_escape(c) for c in cells] for cells in rows],
+                    ),
+                    r"\end{table}",
+                ]
+            )
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+# --- CSV ---------------------------------------------------------------------------------------
+
+
+def to_csv(frame: pd.DataFrame) -> str:
+    """The long summary (or the ranking) as CSV, one row per cell."""
+    return frame.to_csv(index=False)

@@ -1,0 +1,302 @@
+"""Figures (matplotlib, Agg canvas, no display): metric vs eval length, per-position loss,
+encodings x lengths heatmap, training curves. Each encoding keeps one colour in every figure.
+
+matplotlib is the optional ``plots`` extra, imported only when a figure is drawn.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from posx.errors import PosxError
+from posx.report.data import IDENTITY, lower_is_better
+from posx.report.tables import WideTable, row_label, title
+
+# tab10, then the light tab20 shades: distinct on screen and in print.
+PALETTE = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
+    "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+]  # fmt: skip
+# Fixed slots for the encodings posx ships, so each keeps its colour from report to report.
+KNOWN = [
+    "nope", "sinusoidal", "rope", "alibi", "t5", "learned", "kerple_log", "kerple_power",
+    "fire", "xpos", "cope", "sandwich", "shaw", "transformer_xl", "deberta", "dynamic_bias",
+    "floater", "complex_order", "alibi_learned",
+]  # fmt: skip
+STYLES = ["-", "--", ":", "-."]
+Figures = list[tuple[str, Any]]
+
+
+def encoding_colors(names: Iterable[str]) -> dict[str, str]:
+    """One colour per encoding: fixed slots for posx's own, the rest in sorted order.
+
+    Other encodings take the colours no encoding of this report uses, so every encoding in one
+    report (all its plots) has its own colour while there are no more than 20.
+    """
+    names = set(names)
+    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(KNOWN)}
+    taken = {colors[n] for n in names & set(KNOWN)}
+    free = [c for c in PALETTE if c not in taken] or PALETTE
+    for i, name in enumerate(sorted(names - set(KNOWN))):
+        colors[name] = free[i % len(free)]
+    return colors
+
+
+def _figure(width: float = 6.4, height: float = 4.0) -> Any:
+    """A Figure bound to the Agg canvas (never pyplot, so no display or global state)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise PosxError(
+            "plots need matplotlib: pip install 'posx[plots]' (make install includes it)"
+        ) from err
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _styles(rows: Sequence[str], encodings: dict[str, str]) -> dict[str, str]:
+    """Line style per row: rows of the same encoding (eval-time variants, --by) differ by dash."""
+    seen: dict[str, int] = {}
+    out = {}
+    for row in rows:
+        enc = encodings[row]
+        out[row] = STYLES[seen.get(enc, 0) % len(STYLES)]
+        seen[enc] = seen.get(enc, 0) + 1
+    return out
+
+
+def _log2_lengths(ax: Any, lengths: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(lengths), [str(x) for x in lengths])
+    ax.minorticks_off()
+
+
+def _train_lines(ax: Any, lengths: Iterable[int]) -> None:
+    for i, length in enumerate(sorted(set(lengths))):
+        ax.axvline(length, color="0.4", ls=":", lw=1, label="training length" if i == 0 else None)
+
+
+def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
+    """Metric vs eval length (log2 axis), one line per row, band = mean ± std over seeds."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    styles = _styles(t.rows, t.encodings)
+    for row in t.rows:
+        cells = [(x, t.cell(row, x)) for x in t.lengths]
+        ok = [(x, c) for x, c in cells if c.n]
+        color = colors[t.encodings[row]]
+        missing = [x for x, c in cells if c.status in ("unsupported", "failed")]
+        label = row + (f" (no value at {', '.join(map(str, missing))})" if missing else "")
+        xs = [x for x, _ in ok]
+        means = [c.mean for _, c in ok]
+        ax.plot(xs, means, marker="o", ms=3, color=color, ls=styles[row], label=label)
+        spread = [(x, c.mean, c.std) for x, c in ok if c.n > 1 and not math.isnan(c.std)]
+        if spread:
+            ax.fill_between(
+                [s[0] for s in spread],
+                [s[1] - s[2] for s in spread],
+                [s[1] + s[2] for s in spread],
+                color=color,
+                alpha=0.18,
+                lw=0,
+            )
+        if missing:  # mark where the encoding could not run, on the axis edge
+            ax.plot(missing, [0.02] * len(missing), "x", color=color, ms=7,
+                    transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
+    _train_lines(ax, t.train_lengths.values())
+    _log2_lengths(ax, t.lengths)
+    ax.set_xlabel("eval length (tokens)")
+    ax.set_ylabel(t.metric)
+    ax.set_title(title(t.meta), fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def heatmap_figure(t: WideTable, colors: dict[str, str]) -> Any:
+    """Rows x eval lengths coloured by the mean (better = darker); cells with no value hatched."""
+    fig = _figure(1.6 + 0.9 * len(t.lengths), 1.2 + 0.4 * len(t.rows))
+    ax = fig.add_subplot()
+    values = [
+        [t.cell(r, x).mean if t.cell(r, x).n else math.nan for x in t.lengths] for r in t.rows
+    ]
+    cmap = "viridis" if lower_is_better(t.metric.split("/")[0]) else "viridis_r"
+    image = ax.imshow(values, cmap=cmap, aspect="auto")
+    ax.set_facecolor("0.85")
+    for i, row in enumerate(t.rows):
+        for j, length in enumerate(t.lengths):
+            cell = t.cell(row, length)
+            if cell.n:
+                r, g, b, _ = image.cmap(image.norm(cell.mean))
+                ink = "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"
+                ax.text(j, i, f"{cell.mean:.3g}", ha="center", va="center", fontsize=7, color=ink)
+            else:
+                ax.add_patch(_hatch(j, i))
+                text = "—" if cell.status == "missing" else cell.status
+                ax.text(j, i, text, ha="center", va="center", fontsize=6, color="0.2")
+    ax.set_xticks(range(len(t.lengths)), [str(x) for x in t.lengths])
+    ax.set_yticks(range(len(t.rows)), t.rows, fontsize=7)
+    for tick, row in zip(ax.get_yticklabels(), t.rows, strict=True):
+        tick.set_color(colors[t.encodings[row]])
+    ax.set_xlabel("eval length (tokens)")
+    ax.set_title(title(t.meta), fontsize=8)
+    fig.colorbar(image, ax=ax, label=t.metric)
+    return fig
+
+
+def _hatch(x: float, y: float) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="//", ec="0.6", lw=0)
+
+
+def positions_figure(
+    meta: dict[str, Any], part: pd.DataFrame, by: Sequence[str], colors: dict[str, str]
+) -> Any:
+    """Loss per position bucket, mean ± std over seeds, each row at its longest eval length.
+
+    Causal attention makes position p's loss depend on tokens 0..p only, so a row that stops
+    at a shorter length (unsupported beyond it) still shows the positions it reached.
+    """
+    part = part.copy()
+    part["row"] = [row_label(rec, by) for rec in part.itertuples()]
+    longest = part.groupby("row")["eval_length"].transform("max")
+    part = part[part["eval_length"] == longest]
+    lengths = sorted(set(longest))
+    at = f"L={lengths[0]}" if len(lengths) == 1 else "each row's longest eval length"
+    encodings = dict(zip(part["row"], part["encoding"], strict=True))
+    rows = sorted(encodings)
+    styles = _styles(rows, encodings)
+    fig = _figure()
+    ax = fig.add_subplot()
+    for row in rows:
+        runs = part[part["row"] == row]
+        stats = runs.groupby(["bucket_start", "bucket_end"])["loss"].agg(["mean", "std", "count"])
+        stats = stats.reset_index().sort_values("bucket_start")
+        mid = (stats["bucket_start"] + stats["bucket_end"]) / 2
+        color = colors[encodings[row]]
+        ax.plot(mid, stats["mean"], color=color, ls=styles[row], label=row)
+        if (stats["count"] > 1).any():
+            std = stats["std"].fillna(0)
+            ax.fill_between(
+                mid, stats["mean"] - std, stats["mean"] + std, color=color, alpha=0.18, lw=0
+            )
+    _train_lines(ax, part["train_length"])
+    widths = part["bucket_end"] - part["bucket_start"]
+    if widths.nunique() > 2:  # power-of-two buckets (eval.buckets=log): equal room per bucket
+        from matplotlib.ticker import FuncFormatter
+
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("position (tokens)")
+    ax.set_ylabel("loss")
+    ax.set_title(f"{title({**meta, 'metric': 'loss'})} · per position at {at}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def training_figure(meta: dict[str, Any], part: pd.DataFrame, colors: dict[str, str]) -> Any:
+    """Training loss vs step, one line per encoding, band = ± std over seeds."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    for enc, runs in sorted(part.groupby("encoding"), key=lambda kv: str(kv[0])):
+        stats = runs.groupby("step")["loss"].agg(["mean", "std", "count"]).reset_index()
+        color = colors[str(enc)]
+        ax.plot(
+            stats["step"],
+            stats["mean"],
+            color=color,
+            label=f"{enc} (n={runs['run_dir'].nunique()})",
+        )
+        if (stats["count"] > 1).any():
+            std = stats["std"].fillna(0)
+            ax.fill_between(stats["step"], stats["mean"] - std, stats["mean"] + std,
+                            color=color, alpha=0.18, lw=0)  # fmt: skip
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title(
+        f"{meta['task']} · model {meta['model']} · trained at {meta['train_length']}", fontsize=9
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def slug(kind: str, meta: dict[str, Any], metric: str = "") -> str:
+    """A file stem such as ``length_copy_tiny_L16_full_exact_match``."""
+    parts = [kind, meta.get("task"), meta.get("model"), meta.get("train_length"), meta.get("mode")]
+    if parts[3] is not None:
+        parts[3] = f"L{parts[3]}"
+    text = "_".join(str(p) for p in [*parts, metric] if p not in (None, ""))
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "-", text).strip("-")
+
+
+def figures(
+    tables: list[WideTable],
+    positions: pd.DataFrame | None,
+    training: pd.DataFrame | None,
+    by: Sequence[str] = (),
+) -> Figures:
+    """Every figure of a report as (file stem, Figure), colours shared across all of them."""
+    names = {e for t in tables for e in t.encodings.values()}
+    for frame in (positions, training):
+        if frame is not None:
+            names |= set(frame["encoding"].astype(str))
+    colors = encoding_colors(names)
+    out: Figures = []
+    for t in tables:
+        out.append((slug("length", t.meta, t.metric), length_figure(t, colors)))
+        out.append((slug("heatmap", t.meta, t.metric), heatmap_figure(t, colors)))
+    table_keys = [k for k in IDENTITY if k not in by]
+    if positions is not None and len(positions):
+        for key, part in positions.groupby(table_keys) if table_keys else [((), positions)]:
+            meta = dict(zip(table_keys, key if isinstance(key, tuple) else (key,), strict=True))
+            fig = positions_figure(meta, part, by, colors)
+            out.append((slug("positions", meta), fig))
+    if training is not None and len(training):
+        for key, part in training.groupby(["task", "model", "train_length"]):
+            meta = dict(zip(["task", "model", "train_length"], key, strict=True))
+            out.append((slug("training", meta), training_figure(meta, part, colors)))
+    stems: dict[str, int] = {}
+    unique: Figures = []
+    for stem, fig in out:
+        stems[stem] = stems.get(stem, 0) + 1
+        unique.append((stem if stems[stem] == 1 else f"{stem}-{stems[stem]}", fig))
+    return unique
+
+
+def render(fig: Any, fmt: str) -> bytes:
+    """The figure as PNG or SVG bytes."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=150 if fmt == "png" else None, metadata=_metadata(fmt))
+    return buffer.getvalue()
+
+
+def _metadata(fmt: str) -> dict[str, Any]:
+    # No creation date in SVGs, so re-running a report on the same results gives the same file.
+    return {"Date": None} if fmt == "svg" else {}
+
+
+def write_plots(figs: Figures, out_dir: Path) -> list[Path]:
+    """Writes every figure as ``<stem>.png`` and ``<stem>.svg`` (atomically); returns the paths."""
+    from posx.results import atomic_write
+
+    paths = []
+    for stem, fig in figs:
+        for fmt in ("png", "svg"):
+            path = out_dir / f"{stem}.{fmt}"
+            atomic_write(path, render(fig, fmt))
+            paths.append(path)
+    return paths

@@ -1,0 +1,202 @@
+"""Eval rows -> summaries: mean ± std over seeds, n, degradation ratio, best per column.
+
+``summarize`` makes the long table (one row per table key, row label and eval length);
+``pivot`` turns it into ``WideTable`` objects (rows = variants, columns = eval lengths) that
+every exporter renders the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from posx.report.data import IDENTITY, add_ratio, lower_is_better, metric_by_task, normalize
+
+BY_LABELS = {"train_length": "L_train", "model": "model", "task": "task", "mode": "mode"}
+
+
+def row_keys(by: Sequence[str]) -> list[str]:
+    """Columns that tell the summary's rows apart (seed only when asked for)."""
+    return [*IDENTITY, "variant", "encoding", "overrides", *(["seed"] if "seed" in by else [])]
+
+
+def summarize(frame: pd.DataFrame, metric: str = "auto", by: Sequence[str] = ()) -> pd.DataFrame:
+    """Long table: mean, std (ddof 1) and n over seeds per (identity, variant, eval length).
+
+    Args:
+        frame: Eval rows (``load_evals``); normalised here when needed.
+        metric: A metric column or ``auto`` (picked per task, see ``metric_by_task``).
+        by: Columns shown side by side in one table (decides which cells compete for best).
+
+    Returns:
+        One row per cell with ``metric``, ``mean``, ``std``, ``n`` (seeds with a value),
+        ``ratio_mean``/``ratio_std`` (loss relative to the run's own training length),
+        ``status``/``reason`` (``ok``, or why no seed has a value) and ``best``.
+    """
+    if "variant" not in frame:
+        frame = normalize(frame)
+    if "ratio" not in frame:
+        frame = add_ratio(frame)
+    metrics = metric_by_task(frame, metric)
+    frame = frame.assign(metric=frame["task"].map(metrics), value=math.nan)
+    for name in set(metrics.values()) & set(frame.columns):
+        where = frame["metric"] == name
+        frame.loc[where, "value"] = frame.loc[where, name].astype(float)
+    keys = [*row_keys(by), "metric", "eval_length"]
+    ok = frame[(frame["status"] == "ok") & frame["value"].notna()]
+    stats = ok.groupby(keys).agg(
+        mean=("value", "mean"),
+        std=("value", "std"),
+        n=("value", "count"),
+        ratio_mean=("ratio", "mean"),
+        ratio_std=("ratio", "std"),
+    )
+    bad = (
+        frame[frame["status"] != "ok"]
+        .groupby(keys)
+        .agg(status=("status", "first"), reason=("reason", "first"))
+    )
+    out = stats.join(bad, how="outer").reset_index()
+    out["n"] = out["n"].fillna(0).astype(int)
+    out.loc[out["n"] > 0, ["status", "reason"]] = ["ok", ""]
+    out["status"] = out["status"].fillna("ok")
+    out["reason"] = out["reason"].fillna("")
+    out["best"] = _best(out, by)
+    return out.sort_values(keys).reset_index(drop=True)
+
+
+def _best(out: pd.DataFrame, by: Sequence[str]) -> pd.Series:
+    """True where a cell has the best mean of its column (ties all marked; >= 2 contenders)."""
+    best = pd.Series(False, index=out.index)
+    table = [k for k in IDENTITY if k not in by]
+    for _, col in out[out["n"] > 0].groupby([*table, "eval_length"]):
+        if len(col) < 2:
+            continue
+        top = col["mean"].min() if lower_is_better(col["metric"].iloc[0]) else col["mean"].max()
+        best[col.index[col["mean"] == top]] = True
+    return best
+
+
+@dataclass
+class Cell:
+    """One table cell: statistics over seeds, or why there are none."""
+
+    mean: float = math.nan
+    std: float = math.nan
+    n: int = 0
+    ratio: float = math.nan
+    ratio_std: float = math.nan
+    status: str = "missing"
+    reason: str = ""
+    best: bool = False
+    note: int = 0  # 1-based index into WideTable.notes; 0 = no note
+
+
+@dataclass
+class WideTable:
+    """Variants x eval lengths for one (task, model, train length, mode) minus ``--by``."""
+
+    meta: dict[str, Any]
+    lengths: list[int]
+    rows: list[str]
+    encodings: dict[str, str]
+    train_lengths: dict[str, int]
+    n: dict[str, int]
+    cells: dict[tuple[str, int], Cell]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def metric(self) -> str:
+        return str(self.meta["metric"])
+
+    def cell(self, row: str, length: int) -> Cell:
+        return self.cells.get((row, length), Cell())
+
+
+def row_label(rec: Any, by: Sequence[str]) -> str:
+    """The variant plus the ``--by`` values that share its table, e.g. ``rope · model=small``."""
+    extra = [f"{BY_LABELS.get(col, col)}={getattr(rec, col)}" for col in by]
+    return " · ".join([str(rec.variant), *extra])
+
+
+def pivot(summary: pd.DataFrame, by: Sequence[str] = ()) -> list[WideTable]:
+    """One ``WideTable`` per table key; unsupported/failed cells get numbered notes."""
+    table_keys = [k for k in IDENTITY if k not in by]
+    tables = []
+    groups = summary.groupby(table_keys, sort=True) if table_keys else [((), summary)]
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        metrics = sorted(part["metric"].unique())
+        meta: dict[str, Any] = dict(zip(table_keys, key, strict=True))
+        meta["metric"] = metrics[0] if len(metrics) == 1 else "/".join(metrics)
+        meta["by"] = list(by)
+        table = WideTable(
+            meta, sorted(int(x) for x in part["eval_length"].unique()), [], {}, {}, {}, {}
+        )
+        notes: dict[str, int] = {}
+        for rec in part.itertuples():
+            label = row_label(rec, by)
+            if label not in table.encodings:
+                table.rows.append(label)
+                table.encodings[label] = str(rec.encoding)
+                table.train_lengths[label] = int(rec.train_length)
+            table.n[label] = max(table.n.get(label, 0), int(rec.n))
+            cell = Cell(
+                rec.mean, rec.std, int(rec.n), rec.ratio_mean, rec.ratio_std,
+                rec.status, rec.reason, bool(rec.best),
+            )  # fmt: skip
+            if cell.n == 0:
+                text = f"{cell.status}: {cell.reason}" if cell.reason else cell.status
+                cell.note = notes.setdefault(text, len(notes) + 1)
+            table.cells[(label, int(rec.eval_length))] = cell
+        table.notes = list(notes)
+        tables.append(table)
+    return tables
+
+
+def title(meta: dict[str, Any]) -> str:
+    """One line naming what a table compares, e.g. ``copy · model tiny · trained at 16 ...``."""
+    parts = []
+    if "task" in meta:
+        parts.append(str(meta["task"]))
+    if "model" in meta:
+        parts.append(f"model {meta['model']}")
+    if "train_length" in meta:
+        parts.append(f"trained at {meta['train_length']}")
+    if "mode" in meta:
+        parts.append(f"mode {meta['mode']}")
+    metric = str(meta["metric"])
+    arrow = "lower is better" if lower_is_better(metric.split("/")[0]) else "higher is better"
+    parts.append(f"{metric} ({arrow})")
+    return " · ".join(parts)
+
+
+def fmt_value(cell: Cell, digits: int = 3) -> str:
+    """``mean ± std`` (std only with two or more seeds); the status when there is no value."""
+    if cell.n == 0:
+        return "—" if cell.status == "missing" else cell.status
+    if cell.n == 1 or math.isnan(cell.std):
+        return f"{cell.mean:.{digits}f}"
+    return f"{cell.mean:.{digits}f} ± {cell.std:.{digits}f}"
+
+
+def fmt_ratio(cell: Cell, length: int, train_length: int) -> str:
+    """``×1.52`` (loss relative to the training length), empty at the training length itself."""
+    if cell.n == 0 or math.isnan(cell.ratio) or length == train_length:
+        return ""
+    return f"×{cell.ratio:.2f}"
+
+
+def cell_parts(table: WideTable, row: str, length: int, digits: int, ratio: bool) -> tuple:
+    """(value text, ratio text, n text, note number) of one cell, shared by every exporter.
+
+    The n text is set when the cell has fewer seeds than its row, so a partial mean is visible.
+    """
+    cell = table.cell(row, length)
+    extra = fmt_ratio(cell, length, table.train_lengths[row]) if ratio else ""
+    fewer = f"n={cell.n}" if 0 < cell.n < table.n[row] else ""
+    return fmt_value(cell, digits), extra, fewer, cell.note
