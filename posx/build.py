@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from posx.encodings.base import PositionalEncoding
 from posx.errors import ConfigError, PosxError
 from posx.model.transformer import TransformerLM
+from posx.positions import PositionStrategy
 from posx.tasks.base import Task
 
 
@@ -102,3 +103,17 @@ def build_model(cfg: DictConfig, vocab_size: int) -> TransformerLM:
         return TransformerLM(vocab_size=vocab_size, encoding=build_encoding(cfg), **m)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+
+
+def build_positions(cfg: DictConfig) -> PositionStrategy:
+    """The run's training-time position strategy (``default`` when the config has none, as in
+    runs made before the ``positions`` group existed)."""
+    node = cfg.get("positions")
+    if node is None:
+        return PositionStrategy()
+    made = _instantiate(node, "positions")
+    if not isinstance(made, PositionStrategy):
+        raise ConfigError(
+            f"positions _target_ {node.get('_target_')} does not build a posx PositionStrategy"
+        )
+    return made

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from posx.errors import ConfigError, PosxError
+from posx.errors import ConfigError, Interrupted, PosxError
 
 app = typer.Typer(
     add_completion=False,
@@ -42,6 +42,14 @@ def train(ctx: typer.Context) -> None:
     run_train(list(ctx.args))
 
 
+@app.command()
+def resume(run: Path = typer.Argument(..., help="A run directory with a checkpoint.")) -> None:
+    """Continue an interrupted run from its last checkpoint (same config, same directory)."""
+    from posx.launch import run_resume
+
+    run_resume(run)
+
+
 def parse_lengths(text: str) -> list[int]:
     from posx.config import positive_lengths
 
@@ -69,16 +77,38 @@ def eval_(
         Path("results"), "--root", help="Where to look for runs when none are named."
     ),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    mode: str = typer.Option(
+        None, "--mode", help="full (non-overlapping sequences) or sliding (default: the run's)."
+    ),
+    window: int = typer.Option(
+        None, "--window", help="sliding: tokens read at once (default: training length)."
+    ),
+    stride: int = typer.Option(
+        None, "--stride", help="sliding: tokens each window moves on (default: window // 2)."
+    ),
+    buckets: str = typer.Option(
+        None, "--buckets", help="per-position loss buckets: log, or a width in tokens."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar per run."),
 ) -> None:
-    """Evaluate trained runs at longer lengths; writes each run's eval.csv.
+    """Evaluate trained runs at longer lengths; writes eval.csv and eval_positions.csv.
 
     Extra `key=value` arguments override the run's config at evaluation time
-    (e.g. `encoding.base=40000`) and are recorded in every row.
+    (e.g. `encoding.base=40000`) and are recorded in every row, as are --mode, --window and
+    --stride (in their own columns).
     """
+    from posx.checkpoint import checkpoint_dir, verify_checkpoint
     from posx.evaluate import evaluate_run
-    from posx.results import checkpoint_dir, find_runs, run_config
+    from posx.results import find_runs, run_config
 
-    overrides = [a for a in ctx.args if "=" in a]
+    if mode is not None and mode not in ("full", "sliding"):
+        raise ConfigError(f"--mode must be full or sliding, got {mode!r}")
+    if mode == "full" and (window is not None or stride is not None):
+        raise ConfigError("--window and --stride apply to --mode sliding only")
+    protocol = {"eval.mode": mode, "eval.window": window, "eval.stride": stride}
+    protocol["eval.buckets"] = buckets
+    overrides = [f"{k}={v}" for k, v in protocol.items() if v is not None]
+    overrides += [a for a in ctx.args if "=" in a]
     stray = [a for a in ctx.args if "=" not in a]
     # typer puts key=value words into `runs` when they come after the run dirs
     overrides += [str(r) for r in runs or [] if "=" in str(r) and not Path(r).exists()]
@@ -87,25 +117,38 @@ def eval_(
         raise ConfigError(
             f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
         )
-    asked = parse_lengths(lengths) if lengths else None
+    asked = parse_lengths(lengths) if lengths is not None else None
+    damaged: list[str] = []  # runs whose checkpoint cannot be read: reported, exit 1 at the end
     if named:
         for run in named:
             run_config(run)
-            checkpoint_dir(run)
+            verify_checkpoint(run)
         targets = named
     else:
         targets = []
         for run in find_runs(root):
             try:
                 checkpoint_dir(run)
-                targets.append(run)
             except PosxError:
                 err_console.print(f"[yellow]skipping {run}: no checkpoint[/]")
-        if not targets:
+                continue
+            try:
+                verify_checkpoint(run)
+                targets.append(run)
+            except PosxError as err:
+                err_console.print(f"posx: skipping: {err}", markup=False, style="red")
+                damaged.append(run.name)
+        if not targets and not damaged:
             raise ConfigError(f"no trained runs under {root}; run `posx train` first")
     for run in targets:
         run_lengths = asked or list(run_config(run).eval.lengths)
-        rows = evaluate_run(run, run_lengths, overrides, device=device)
+        try:
+            rows = evaluate_run(run, run_lengths, overrides, device=device, progress=progress)
+        except KeyboardInterrupt as err:  # typer alone would exit 130 without a word
+            raise Interrupted(
+                f"interrupted while evaluating {run.name}, no rows written for it; "
+                f"{targets.index(run)} of {len(targets)} run(s) were evaluated"
+            ) from err
         cells = "  ".join(
             f"L={r['eval_length']}: {r['loss']:.3f}"
             if r["status"] == "ok"
@@ -113,7 +156,12 @@ def eval_(
             for r in rows
         )
         console.print(f"[bold]{run.name}[/] loss  {cells}")
-    console.print(f"wrote eval.csv in {len(targets)} run(s); compare with `posx report`")
+    console.print(
+        f"wrote eval.csv and eval_positions.csv in {len(targets)} run(s); "
+        "compare with `posx report`"
+    )
+    if damaged:
+        raise PosxError(f"{len(damaged)} run(s) skipped, checkpoint damaged: {', '.join(damaged)}")
 
 
 @app.command()
@@ -122,45 +170,94 @@ def report(
         Path("results"), "--root", help="Results root (every eval.csv below it)."
     ),
     metric: str = typer.Option(
-        "auto", "--metric", help="auto, loss, ppl, bpb, acc or exact_match."
+        "auto",
+        "--metric",
+        help="auto (bpb for text, exact_match for synthetic tasks), loss, ppl, bpb, acc, "
+        "exact_match, or any other numeric eval.csv column (e.g. peak_mem_mb).",
     ),
-    fmt: str = typer.Option("rich", "--format", help="rich, md or csv."),
-    output: Path = typer.Option(None, "--output", "-o", help="Write the table to this file."),
+    task: list[str] = typer.Option(None, "--task", "-t", help="Only these tasks (a,b or repeat)."),
+    encoding: list[str] = typer.Option(None, "--encoding", "-e", help="Only these encodings."),
+    mode: list[str] = typer.Option(None, "--mode", help="Only these eval modes (full, sliding)."),
+    variant: list[str] = typer.Option(
+        None,
+        "--variant",
+        help="Eval-time variants to show (repeatable): 'base' (no overrides), 'all', or "
+        "key=value tokens the overrides must contain, e.g. 'encoding.scaling.type=yarn'.",
+    ),
+    by: list[str] = typer.Option(
+        None,
+        "--by",
+        help="Compare model, train_length, task, mode or seed side by side in one table "
+        "(default: one table each).",
+    ),
+    rank: bool = typer.Option(
+        None,
+        "--rank/--no-rank",
+        help="Mean-reciprocal-rank table across tasks (default: when 2+ tasks); with "
+        "--format csv, write the ranking instead of the cells.",
+    ),
+    rank_lengths: str = typer.Option(
+        "ood", "--rank-lengths", help="Rank on 'ood' (past the training length) or 'all' lengths."
+    ),
+    ratio: bool = typer.Option(
+        True, "--ratio/--no-ratio", help="Show loss relative to the training length (×r)."
+    ),
+    digits: int = typer.Option(3, "--digits", help="Decimals in the tables."),
+    fmt: str = typer.Option(
+        None, "--format", "-f", help="rich, md, csv, latex or html (default: rich, or from -o)."
+    ),
+    output: Path = typer.Option(
+        None, "--output", "-o", help="Write to this file (.md, .csv, .tex, .html pick the format)."
+    ),
+    plot: Path = typer.Option(
+        None, "--plot", help="Write the plots (PNG and SVG) into this directory."
+    ),
 ) -> None:
-    """Compare encodings across eval lengths: mean ± std over seeds, best per column marked."""
-    from posx.report import pick_metric, pivot, summarize, to_markdown, to_rich
-    from posx.results import atomic_write, load_evals
+    """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
+    length, best per column marked, ranking across tasks; export tables and plots."""
+    from posx.report import make_report, output_format, render, report_figures, rich_renderables
+    from posx.results import atomic_write
 
-    if fmt not in ("rich", "md", "csv"):
-        raise ConfigError(f"unknown --format {fmt!r}; choose from rich, md, csv")
-    frame = load_evals(root)
-    summary = summarize(frame, pick_metric(frame, metric))
-    if fmt == "csv":
-        text = summary.to_csv(index=False)
-    elif fmt == "md" or output is not None:
-        text = to_markdown(pivot(summary))
-    if fmt == "rich":
-        for table in to_rich(pivot(summary)):
-            console.print(table)
-    if output is not None:
-        atomic_write(output, text)
-        console.print(f"wrote {output}")
-    elif fmt != "rich":
-        sys.stdout.write(text)
+    kind = output_format(fmt, output)
+    result = make_report(
+        root, metric, task, encoding, mode, variant, by, rank, rank_lengths, digits, ratio
+    )
+    if kind == "rich" or (output is not None and fmt is None):
+        for renderable in rich_renderables(result):
+            console.print(renderable)
+    if kind != "rich":
+        text = render(result, kind, rank_csv=bool(rank) and kind == "csv")
+        if output is not None:
+            atomic_write(output, text)
+            console.print(f"wrote {output}", soft_wrap=True)
+        else:
+            sys.stdout.write(text)
+    elif output is not None:  # --format rich -o FILE: the same tables as Markdown
+        atomic_write(output, render(result, "md"))
+        console.print(f"wrote {output}", soft_wrap=True)
+    if plot is not None:
+        from posx.report.plots import write_plots
+
+        paths = write_plots(report_figures(result), plot)
+        console.print(f"wrote {len(paths)} plot files to {plot}/", soft_wrap=True)
 
 
 @app.command("list")
 def list_(
-    group: str = typer.Argument(None, help="encoding, task, model, train, eval or experiment."),
+    group: str = typer.Argument(
+        None, help="encoding, task, model, train, eval, positions or experiment."
+    ),
 ) -> None:
     """Show the available options of each config group with their descriptions."""
     from rich.table import Table
 
     from posx.config import GROUPS, choices, describe_option
 
-    if group is not None and group.rstrip("s") not in GROUPS:
+    if group is not None and group not in GROUPS:  # "encodings" means "encoding"
+        group = group.rstrip("s") if group.rstrip("s") in GROUPS else group
+    if group is not None and group not in GROUPS:
         raise ConfigError(f"unknown group {group!r}; choose from: {', '.join(GROUPS)}")
-    for g in [group.rstrip("s")] if group else GROUPS:
+    for g in [group] if group else GROUPS:
         table = Table(title=f"{g} (choose with {g}=NAME)", title_justify="left", show_header=False)
         table.add_column(style="bold cyan")
         table.add_column()
@@ -201,8 +298,13 @@ def sweep_status(
         table.add_column(col)
     for job in jobs:
         swept = " ".join(f"{k}={v}" for k, v in job.swept.items())
-        table.add_row(str(job.number), escape(swept), f"[{colour[job.status]}]{job.status}[/]",
-                      job.run_dir.name if job.run_dir else "—", escape(job.detail))
+        table.add_row(
+            str(job.number),
+            escape(swept),
+            f"[{colour[job.status]}]{job.status}[/]",
+            job.run_dir.name if job.run_dir else "—",
+            escape(job.detail),
+        )
     console.print(table)
     counts = {s: sum(j.status == s for j in jobs) for s in colour}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(jobs)} jobs")

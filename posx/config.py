@@ -22,7 +22,7 @@ from posx.errors import ConfigError
 CONFIG_DIR = Path(
     os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs")
 )
-GROUPS = ("model", "encoding", "task", "train", "eval", "experiment")
+GROUPS = ("model", "encoding", "task", "train", "eval", "positions", "experiment")
 
 
 @dataclass
@@ -58,6 +58,7 @@ class TrainConfig:
     device: str = "auto"
     threads: int = 0
     progress: bool = True
+    resume: bool = False
 
 
 @dataclass
@@ -68,6 +69,10 @@ class EvalConfig:
     tokens: int = 16384
     batch_tokens: int = 8192
     seed: int = 1234
+    mode: str = "full"  # full | sliding (see posx/evaluation/protocol.py)
+    window: int | None = None  # sliding: tokens the model reads at once (default train.length)
+    stride: int | None = None  # sliding: tokens each window moves on (default window // 2)
+    buckets: str = "log"  # per-position loss buckets: log (powers of two) or a width in tokens
 
 
 @dataclass
@@ -77,6 +82,7 @@ class PosxConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     encoding: Any = None
     task: Any = None
+    positions: Any = None  # training-time position strategy (configs/positions/)
     seed: int = 0
     root: str = "results"
 
@@ -95,6 +101,12 @@ def _stamp() -> str:
     return os.environ["POSX_STAMP"]
 
 
+def run_label(encoding: str, positions: str | None = None) -> str:
+    """An encoding's label in run names and tables: ``rope``, or ``rope+randomized`` when a
+    training-time position strategy other than the default is used."""
+    return encoding if positions in (None, "", "default", "None") else f"{encoding}+{positions}"
+
+
 def new_run_id() -> None:
     """Fixes the id and time stamp that name this invocation's run or sweep directory.
 
@@ -109,7 +121,7 @@ def new_run_id() -> None:
 def register() -> None:
     """Registers the schema and the ``posx_uid`` resolver (idempotent)."""
     ConfigStore.instance().store(name="posx_schema", node=PosxConfig)
-    for name, fn in (("posx_uid", _uid), ("posx_stamp", _stamp)):
+    for name, fn in (("posx_uid", _uid), ("posx_stamp", _stamp), ("posx_label", run_label)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
@@ -141,9 +153,10 @@ def validate(cfg: DictConfig) -> None:
     for name in ("length", "steps", "batch_size", "log_every"):
         if t[name] <= 0:
             raise ConfigError(f"train.{name} must be positive, got {t[name]}")
-    if t.lr <= 0 or not 0 <= t.min_lr_ratio <= 1:
+    if not 0 < t.lr <= 1e38 or not 0 <= t.min_lr_ratio <= 1:  # 1e38: float32 range
         raise ConfigError(
-            f"train.lr must be > 0 and train.min_lr_ratio in [0, 1], got {t.lr}, {t.min_lr_ratio}"
+            f"train.lr must be in (0, 1e38] and train.min_lr_ratio in [0, 1], "
+            f"got {t.lr}, {t.min_lr_ratio}"
         )
     if t.warmup_steps < 0 or t.checkpoint_every < 0 or t.threads < 0:
         raise ConfigError(
@@ -156,10 +169,31 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(
             f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}"
         )
+    validate_protocol(e, t.length)
     for group in ("encoding", "task"):
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or "_target_" not in node:
             raise ConfigError(f"{group} config needs a _target_ (choose one with {group}=NAME)")
+
+
+def validate_protocol(e: DictConfig, train_length: int) -> None:
+    """Checks ``eval.mode``, ``eval.window``, ``eval.stride`` and ``eval.buckets``."""
+    from posx.evaluation.buckets import parse_buckets
+
+    if e.mode not in ("full", "sliding"):
+        raise ConfigError(f"eval.mode must be full or sliding, got {e.mode!r}")
+    for name in ("window", "stride"):
+        if e[name] is not None and e[name] <= 0:
+            raise ConfigError(f"eval.{name} must be a positive number of tokens, got {e[name]}")
+        if e[name] is not None and e.mode != "sliding":
+            raise ConfigError(f"eval.{name} applies to eval.mode=sliding only, not {e.mode!r}")
+    window = e.window or train_length
+    if e.stride is not None and e.stride > window:
+        raise ConfigError(
+            f"eval.stride ({e.stride}) must not exceed the window ({window}): tokens between "
+            "windows would never be scored"
+        )
+    parse_buckets(e.buckets)
 
 
 def choices(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:

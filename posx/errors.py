@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+def one_line(err: BaseException) -> str:
+    """The first non-empty line of an error message."""
+    return next((x.strip() for x in str(err).splitlines() if x.strip()), type(err).__name__)
+
+
 class PosxError(Exception):
     """A failure with a message fit for users; exit code 1 (runtime)."""
 
@@ -13,3 +18,9 @@ class ConfigError(PosxError):
     """A bad input, config value or override; exit code 2 (usage)."""
 
     exit_code = 2
+
+
+class Interrupted(PosxError):
+    """Ctrl-C stopped training after saving a checkpoint; exit code 130 (as for SIGINT)."""
+
+    exit_code = 130

@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from posx.build import build_model, build_positions, build_task
+from posx.checkpoint import load_checkpoint
 from posx.config import EvalConfig, validate
 from posx.errors import ConfigError, PosxError
 from posx.evaluation.buckets import bucket_rows
@@ -29,7 +30,7 @@ from posx.evaluation.data import CACHE_DIR, eval_set, results_root
 from posx.evaluation.memory import PeakMemory
 from posx.evaluation.protocol import Protocol, Tally, resolve_protocol, score
 from posx.model.transformer import TransformerLM
-from posx.results import SCHEMA_VERSION, load_checkpoint, merge_rows, run_config, run_info
+from posx.results import SCHEMA_VERSION, merge_rows, run_config, run_info
 from posx.tasks.base import Batch, Task
 from posx.tasks.text import sequences_for
 from posx.train import pick_device

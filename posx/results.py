@@ -1,8 +1,8 @@
-"""Run directories, checkpoints and tables, all written atomically.
+"""Run directories and tables, all written atomically.
 
 Every file is written to a temporary sibling and moved into place with ``os.replace``, so a
-killed process leaves either the old file or the new one, never half of one. Checkpoints are a
-directory (safetensors + JSON, no pickle) swapped in as a whole.
+killed process leaves either the old file or the new one, never half of one. Checkpoints live in
+:mod:`posx.checkpoint`.
 """
 
 from __future__ import annotations
@@ -11,20 +11,19 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 from omegaconf import DictConfig, OmegaConf
-from safetensors.torch import load_file, load_model, save_file, save_model
 
-from posx.errors import ConfigError, PosxError
+from posx.errors import ConfigError, PosxError, one_line
 
 SCHEMA_VERSION = 1
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 CHECKPOINT = "checkpoint"
 
 
@@ -33,6 +32,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are for everyone to read
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
@@ -49,89 +49,6 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, json.dumps(obj, indent=2, default=str) + "\n")
-
-
-# --- checkpoints -------------------------------------------------------------------------
-
-
-def save_checkpoint(
-    run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
-) -> None:
-    """Writes ``checkpoint/`` = model.safetensors, optimizer.safetensors, trainer.json.
-
-    The new directory is built beside the old one and swapped in, so a kill at any moment
-    leaves one complete checkpoint (``load_checkpoint`` also accepts the swap's leftover).
-    """
-    final = run_dir / CHECKPOINT
-    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".checkpoint."))
-    try:
-        save_model(model, str(tmp / "model.safetensors"))
-        tensors, meta = _flatten_optimizer(optimizer)
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
-        write_json(
-            tmp / "trainer.json", {"schema_version": SCHEMA_VERSION, **state, "optimizer": meta}
-        )
-        old = run_dir / f".{CHECKPOINT}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
-    sd = optimizer.state_dict()
-    tensors, scalars = {}, {}
-    for pid, slots in sd["state"].items():
-        for name, value in slots.items():
-            if torch.is_tensor(value):
-                tensors[f"{pid}.{name}"] = value.detach().contiguous().cpu()
-            else:
-                scalars[f"{pid}.{name}"] = value
-    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
-
-
-def checkpoint_dir(run_dir: Path) -> Path:
-    """The run's complete checkpoint directory; an error naming the run when there is none."""
-    for name in (CHECKPOINT, f".{CHECKPOINT}.old"):
-        path = run_dir / name
-        if (path / "trainer.json").is_file() and (path / "model.safetensors").is_file():
-            return path
-    raise PosxError(f"run has no checkpoint: {run_dir} (train it first, or pick another run)")
-
-
-def load_checkpoint(
-    run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
-) -> dict[str, Any]:
-    """Loads weights (and optimizer state) into the given objects; returns the trainer state."""
-    path = checkpoint_dir(run_dir)
-    try:
-        state = json.loads((path / "trainer.json").read_text())
-        missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
-    except (OSError, ValueError, RuntimeError) as err:
-        raise PosxError(
-            f"checkpoint in {run_dir} is unreadable or does not fit the model: {err}"
-        ) from err
-    if missing or unexpected:
-        raise PosxError(
-            f"checkpoint in {run_dir} does not fit its config: missing {sorted(missing)[:3]}, "
-            f"unexpected {sorted(unexpected)[:3]}"
-        )
-    if optimizer is not None:
-        tensors = load_file(str(path / "optimizer.safetensors"))
-        meta = state["optimizer"]
-        slots: dict[int, dict[str, Any]] = {}
-        for key, value in {**tensors, **meta["scalars"]}.items():
-            pid, name = key.split(".", 1)
-            slots.setdefault(int(pid), {})[name] = value
-        optimizer.load_state_dict({"state": slots, "param_groups": meta["param_groups"]})
-    return state
-
-
-# --- run directories -----------------------------------------------------------------------
 
 
 def run_config(run_dir: Path) -> DictConfig:
@@ -153,8 +70,32 @@ def run_info(run_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"not a posx run directory (no run.json): {run_dir}")
     info = json.loads(path.read_text())
     if info.get("schema_version", 0) > SCHEMA_VERSION:
-        raise PosxError(f"{path} was written by a newer posx (schema {info['schema_version']})")
+        raise PosxError(
+            f"{path} was written by a newer posx (schema {info['schema_version']} > "
+            f"{SCHEMA_VERSION}); upgrade posx"
+        )
     return info
+
+
+def check_writable(root: Path) -> None:
+    """Fails before any training when files cannot be created under ``root``.
+
+    Probes the nearest existing ancestor with a real temporary file (permission bits alone
+    mislead for root, read-only mounts and ACLs) and creates nothing that stays behind.
+    """
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"results root {root} cannot be created: {probe} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            f"results root is not writable: {root} ({err.strerror or err} in {probe}); "
+            "choose another with root=DIR"
+        ) from err
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -177,33 +118,42 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def merge_rows(path: Path, rows: Iterable[dict[str, Any]], keys: list[str]) -> pd.DataFrame:
-    """Adds ``rows`` to the CSV at ``path``, replacing earlier rows with the same ``keys``."""
+def merge_rows(
+    path: Path,
+    rows: Iterable[dict[str, Any]],
+    keys: list[str],
+    replaces: Iterable[dict[str, Any]] = (),
+) -> pd.DataFrame:
+    """Adds ``rows`` to the CSV at ``path``, replacing earlier rows with the same ``keys``.
+
+    Earlier rows whose ``keys`` match one of ``replaces`` are dropped too (e.g. a length's
+    position buckets when its new eval row failed and has no buckets).
+    """
     with locked(path):
-        return _merge_rows(path, pd.DataFrame(list(rows)), keys)
+        # Every writer of `path` holds the lock, so a temporary file of it now is a dead one's.
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+        return _merge_rows(path, pd.DataFrame(list(rows)), keys, pd.DataFrame(list(replaces)))
 
 
-def _merge_rows(path: Path, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def _merge_rows(
+    path: Path, new: pd.DataFrame, keys: list[str], replaces: pd.DataFrame | None = None
+) -> pd.DataFrame:
     if path.is_file():
-        old = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        try:
+            old = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+            # Never overwrite a table we cannot read: its rows would be lost.
+            raise PosxError(
+                f"cannot read {path} ({one_line(err)}); move it aside, then evaluate again"
+            ) from err
         key_of = lambda df: df[keys].astype("string").fillna("").agg("|".join, axis=1)  # noqa: E731
-        old = old[~key_of(old).isin(set(key_of(new)))]
+        drop = set(key_of(new)) if len(new) else set()
+        if replaces is not None and len(replaces):
+            drop |= set(key_of(replaces))
+        old = old[~key_of(old).isin(drop)]
         new = pd.concat([old, new], ignore_index=True)
+    elif not len(new):
+        return new
     write_csv(path, new)
     return new
-
-
-def load_evals(root: Path) -> pd.DataFrame:
-    """All ``eval.csv`` rows below ``root`` in one frame; an error when there are none."""
-    frames = []
-    for run in find_runs(root):
-        path = run / "eval.csv"
-        if path.is_file():
-            frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
-            version = frame["schema_version"].max() if "schema_version" in frame else None
-            if version is None or version > SCHEMA_VERSION:
-                raise PosxError(f"{path} has an unknown schema version ({version}); upgrade posx")
-            frames.append(frame)
-    if not frames:
-        raise ConfigError(f"no eval.csv found under {root}; run `posx train` or `posx eval` first")
-    return pd.concat(frames, ignore_index=True)

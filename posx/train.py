@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -10,19 +11,33 @@ from typing import Any
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from torch.nn.parallel import DistributedDataParallel
 
 from posx import __version__
-from posx.build import build_model, build_task
-from posx.errors import PosxError
-from posx.results import SCHEMA_VERSION, save_checkpoint, write_csv, write_json
+from posx.build import build_model, build_positions, build_task
+from posx.checkpoint import checkpoint_dir, load_checkpoint, load_trainer_tensors, save_checkpoint
+from posx.config import run_label
+from posx.distributed import (
+    World,
+    barrier,
+    check_in_sync,
+    init_process_group,
+    mean_over_ranks,
+    shard,
+)
+from posx.errors import Interrupted, PosxError
+from posx.positions import step_positions
+from posx.results import SCHEMA_VERSION, write_csv, write_json
 from posx.tasks.base import Batch
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, w: World | None = None) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda", w.local_rank if w else 0)
+        return torch.device("cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise PosxError(f"train.device={name} but CUDA is not available; use train.device=cpu")
     return torch.device(name)
@@ -49,11 +64,9 @@ def make_optimizer(
 ) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not norms, biases or scalar tables)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    rest = [p for p in params if p.dim() < 2]
     groups = [
-        {"params": decay, "weight_decay": cfg.train.weight_decay},
-        {"params": rest, "weight_decay": 0.0},
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.train.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     betas = (cfg.train.beta1, cfg.train.beta2)
     return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=betas, fused=device.type == "cuda")
@@ -62,11 +75,15 @@ def make_optimizer(
 def run_meta(
     cfg: DictConfig, run_dir: Path, names: dict[str, str], task_info: dict
 ) -> dict[str, Any]:
+    positions = names.get("positions") or "default"
     return {
         "schema_version": SCHEMA_VERSION,
         "posx_version": __version__,
         "run": run_dir.name,
-        "encoding": names["encoding"],
+        # A non-default position strategy is part of what was trained: rope+randomized != rope.
+        "encoding": run_label(names["encoding"], positions),
+        "positions": positions,
+        "positions_config": OmegaConf.to_container(cfg.get("positions") or {}, resolve=True),
         "task": names["task"],
         "model": names["model"],
         "seed": cfg.seed,
@@ -76,8 +93,68 @@ def run_meta(
     }
 
 
+class StopOnInterrupt:
+    """The first Ctrl-C (or SIGTERM, which SLURM sends before it kills a job) asks the loop to
+    stop at the next step boundary, so the checkpoint is a consistent state; a second one
+    interrupts at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> StopOnInterrupt:
+        try:
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        except ValueError:  # not the main thread (some launchers): default behaviour
+            self._previous = {}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def rng_states(data_rng: torch.Generator) -> dict[str, torch.Tensor]:
+    states = {"torch": torch.get_rng_state(), "data": data_rng.get_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state()
+    return states
+
+
+def restore(
+    run_dir: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data_rng: torch.Generator,
+) -> tuple[int, int, list[dict[str, Any]]]:
+    """Loads the run's checkpoint; returns (step, tokens seen, metrics rows up to that step)."""
+    state = load_checkpoint(run_dir, model, optimizer)
+    tensors = load_trainer_tensors(run_dir)
+    if "torch" not in tensors or "data" not in tensors:
+        raise PosxError(f"checkpoint in {run_dir} has no RNG state; it cannot be resumed exactly")
+    torch.set_rng_state(tensors["torch"])
+    data_rng.set_state(tensors["data"])
+    if "cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["cuda"])
+    rows: list[dict[str, Any]] = []
+    if (run_dir / "metrics.csv").is_file():
+        old = pd.read_csv(run_dir / "metrics.csv")
+        rows = old[old["step"] <= state["step"]].to_dict("records")
+    return int(state["step"]), int(state["tokens"]), rows
+
+
 def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, Any]:
     """Trains one model as configured and writes everything into ``run_dir``.
+
+    Under torchrun every rank runs this; rank 0 alone writes files. With ``train.resume`` and a
+    checkpoint in ``run_dir`` it continues where that checkpoint stopped, bit for bit on CPU.
 
     Args:
         cfg: Composed, validated config.
@@ -88,21 +165,58 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, An
         Summary: final loss, tokens/s, parameter count, seconds.
     """
     t = cfg.train
+    w = init_process_group()
     if t.threads:
         torch.set_num_threads(t.threads)
-    device = pick_device(t.device)
+    device = pick_device(t.device, w)
     torch.manual_seed(cfg.seed)
     data_rng = torch.Generator().manual_seed(cfg.seed)  # the data order depends on the seed alone
 
     task = build_task(cfg)
     model = build_model(cfg, task.vocab_size).to(device)
+    positions = build_positions(cfg)
+    positions.check(model.encoding, t.length)
     optimizer = make_optimizer(model, cfg, device)
-    meta = run_meta(cfg, run_dir, names, task.describe())
-    meta["parameters"] = model.num_parameters()
-    write_json(run_dir / "run.json", meta)
+    step, tokens_seen, rows = 0, 0, []
+    if t.resume and any((run_dir / d).is_dir() for d in ("checkpoint", ".checkpoint.old")):
+        checkpoint_dir(run_dir)  # a clear error if the checkpoint is incomplete
+        step, tokens_seen, rows = restore(run_dir, model, optimizer, data_rng)
+    ddp = DistributedDataParallel(model) if w.distributed else model
+    meta = {**run_meta(cfg, run_dir, names, task.describe()), "parameters": model.num_parameters()}
+    if w.is_main:
+        write_json(
+            run_dir / "run.json", {**meta, "status": "training", "resumed_from": step or None}
+        )
 
-    rows: list[dict[str, Any]] = []
-    tokens_seen, start, window_start, window_tokens = 0, time.perf_counter(), time.perf_counter(), 0
+    saved = [step or None]  # step of the checkpoint on disk (the restored one, if any)
+
+    def diverged(what: str, at: int) -> PosxError:
+        """Records the failure with its step in run.json; the checkpoint on disk stays."""
+        kept = (
+            f"the checkpoint of step {saved[0]} is kept"
+            if saved[0]
+            else "no checkpoint was saved (train.checkpoint_every=N keeps one)"
+        )
+        message = f"{what} at step {at}; training stopped, {kept}"
+        if w.is_main:
+            write_json(
+                run_dir / "run.json", {**meta, "status": "failed", "step": at, "error": message}
+            )
+        return PosxError(message)
+
+    def checkpoint(done: int) -> None:
+        # Never replace the last good checkpoint with diverged weights. Every rank checks (the
+        # weights are identical), so all ranks stop together instead of hanging in a barrier.
+        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            raise diverged("the weights became non-finite", done)
+        if w.is_main:
+            state = {"step": done, "tokens": tokens_seen}
+            save_checkpoint(run_dir, model, optimizer, state, rng_states(data_rng))
+        saved[0] = done
+        barrier(w)
+
+    start = window_start = time.perf_counter()
+    window_tokens, first_step = 0, step
     progress = Progress(
         TextColumn(f"[bold]{run_dir.name}"),
         BarColumn(),
@@ -110,65 +224,77 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, An
         TextColumn("loss {task.fields[loss]:.4f}"),
         TextColumn("{task.fields[tps]:,.0f} tok/s"),
         TimeRemainingColumn(),
-        disable=not t.progress,
-        transient=False,
+        disable=not (t.progress and w.is_main),
     )
-    with progress:
-        bar = progress.add_task("train", total=t.steps, loss=float("nan"), tps=0.0)
-        model.train()
-        for step in range(t.steps):
+    with progress, StopOnInterrupt() as stop:
+        bar = progress.add_task("train", total=t.steps, completed=step, loss=float("nan"), tps=0.0)
+        ddp.train()
+        while step < t.steps:
             lr = lr_at(step, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            batch = task.train_batch(t.batch_size, t.length, data_rng).to(device)
+            batch = shard(task.train_batch(t.batch_size, t.length, data_rng), w).to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                logits = model(batch.inputs)
+                pos = step_positions(positions, cfg.seed, step, t.batch_size, t.length, w)
+                logits = ddp(batch.inputs, pos.to(device))
             loss = masked_loss(logits, batch)
-            if not torch.isfinite(loss):
-                raise PosxError(
-                    f"loss became {loss.item()} at step {step}; the last checkpoint is kept"
-                )
+            if not torch.isfinite(loss):  # numbered as in metrics.csv: step s+1 is this batch
+                raise diverged(f"loss became {loss.item()}", step + 1)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
             optimizer.step()
+            step += 1
 
-            tokens_seen += batch.inputs.numel()
-            window_tokens += batch.inputs.numel()
-            done = step + 1
-            if done % t.log_every == 0 or done == t.steps:
+            tokens_seen += batch.inputs.numel() * w.size
+            window_tokens += batch.inputs.numel() * w.size
+            if step % t.log_every == 0 or step == t.steps:
                 now = time.perf_counter()
                 tps = window_tokens / max(now - window_start, 1e-9)
                 window_start, window_tokens = now, 0
                 rows.append(
                     {
-                        "step": done,
-                        "loss": loss.item(),
+                        "schema_version": SCHEMA_VERSION,
+                        "step": step,
+                        "loss": mean_over_ranks(loss, w),
                         "lr": lr,
                         "tokens": tokens_seen,
                         "tokens_per_s": tps,
                         "seconds": now - start,
                     }
                 )
-                write_csv(run_dir / "metrics.csv", pd.DataFrame(rows))
-                progress.update(bar, completed=done, loss=rows[-1]["loss"], tps=tps)
-            if t.checkpoint_every and done % t.checkpoint_every == 0 and done < t.steps:
-                save_checkpoint(run_dir, model, optimizer, {"step": done, "tokens": tokens_seen})
+                if w.is_main:
+                    write_csv(run_dir / "metrics.csv", pd.DataFrame(rows))
+                progress.update(bar, completed=step, loss=rows[-1]["loss"], tps=tps)
+            if stop.requested:
+                checkpoint(step)
+                if w.is_main:
+                    write_json(
+                        run_dir / "run.json", {**meta, "status": "interrupted", "step": step}
+                    )
+                resume = f"posx resume {run_dir}"
+                raise Interrupted(f"interrupted at step {step}; checkpoint saved; run: {resume}")
+            if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
+                checkpoint(step)
 
     seconds = time.perf_counter() - start
-    save_checkpoint(run_dir, model, optimizer, {"step": t.steps, "tokens": tokens_seen})
-    # Throughput over the whole run, first steps (allocator warm-up) included.
+    check_in_sync(model, w)
+    checkpoint(t.steps)
+    # Throughput over this invocation, first steps (allocator warm-up) included.
+    done_tokens = (t.steps - first_step) * t.batch_size * t.length
     summary = {
-        "final_loss": rows[-1]["loss"],
-        "tokens_per_s": tokens_seen / seconds,
+        "final_loss": rows[-1]["loss"] if rows else math.nan,
+        "tokens_per_s": done_tokens / max(seconds, 1e-9),
         "seconds": seconds,
         "parameters": meta["parameters"],
+        "world_size": w.size,
     }
-    write_json(run_dir / "run.json", {**meta, "status": "trained", **summary})
+    if w.is_main:
+        write_json(run_dir / "run.json", {**meta, "status": "trained", **summary})
+        if t.eval_at_end:
+            from posx.evaluate import evaluate_run
 
-    if t.eval_at_end:
-        from posx.evaluate import evaluate_run
-
-        evaluate_run(run_dir, list(cfg.eval.lengths), model=model, task=task, cfg=cfg)
+            evaluate_run(run_dir, list(cfg.eval.lengths), model=model, task=task, cfg=cfg)
+    barrier(w)
     return summary

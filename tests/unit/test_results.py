@@ -10,14 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
+from posx.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
 from posx.errors import PosxError
-from posx.results import (
-    atomic_write,
-    checkpoint_dir,
-    load_checkpoint,
-    merge_rows,
-    save_checkpoint,
-)
+from posx.results import atomic_write, merge_rows
 
 
 def test_atomic_write_keeps_old_file_when_interrupted(tmp_path, monkeypatch):
