@@ -253,7 +253,10 @@ def run_train(args: list[str]) -> None:
                 "hydra/hydra_logging=disabled",
             ]
     sys.argv = ["posx train", *args]
-    hydra_train()
+    try:
+        hydra_train()
+    except ValueError as err:  # Hydra's own usage errors, e.g. -m together with --cfg
+        raise ConfigError(one_line(err)) from err
     if FAILED:
         raise PosxError(f"{len(FAILED)} run(s) of the sweep failed: {', '.join(FAILED)}")
 
