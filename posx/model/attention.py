@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding
+from posx.encodings.blocked import future_mask
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
 # Largest score/bias tensor one query block may build (elements of [b, h, block, sk]):
@@ -135,13 +136,6 @@ def causal_attention(
     return blocked_bias_attention(q, k, v, q_pos, k_pos, encoding.bias, block_size)
 
 
-def causal_block_mask(i0: int, i1: int, device: torch.device) -> Tensor:
-    """True where key ``j`` comes after query ``i`` (rows ``i0..i1``, keys ``0..i1``)."""
-    rows = torch.arange(i0, i1, device=device).unsqueeze(-1)
-    cols = torch.arange(i1, device=device)
-    return cols > rows
-
-
 def query_block(block_size: int, batch: int, heads: int, keys: int) -> int:
     """Queries per block: ``block_size``, or fewer so ``[b, h, block, keys]`` fits the budget."""
     return max(1, min(block_size, MAX_BLOCK_ELEMENTS // max(1, batch * heads * keys)))
@@ -186,7 +180,7 @@ def blocked_bias_attention(
     for i0 in reversed(range(0, s, step)):
         i1 = min(s, i0 + step)
         bias = bias_fn(q_pos[..., i0:i1], k_pos[..., :i1]).to(q.dtype)
-        bias = bias.masked_fill(causal_block_mask(i0, i1, q.device), float("-inf"))
+        bias = bias.masked_fill(future_mask(i0, i1, q.device), float("-inf"))
         outputs.append(
             F.scaled_dot_product_attention(q[..., i0:i1, :], k[..., :i1, :], v[..., :i1, :], bias)
         )
