@@ -81,9 +81,7 @@ def evaluate_length(
         tally = score(model, data, protocol, ecfg.batch_tokens, device, on_batch, positions)
     row = metrics(tally, task, time.perf_counter() - start)
     row.update(peak_mem_mb=mem.peak_mb, mem_delta_mb=mem.delta_mb)
-    sequence_metrics = getattr(task, "sequence_metrics", None)  # optional Task hook
-    if sequence_metrics is not None:
-        row.update(sequence_metrics(data, tally.exact))
+    row.update(task.sequence_metrics(data, tally.exact))  # e.g. passkey's accuracy by depth
     return row, bucket_rows(tally, ecfg.buckets)
 
 
