@@ -9,7 +9,7 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.posx-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install shakespeare demo test test-slow lint format clean bench-eval
+.PHONY: help install shakespeare demo test test-slow lint format clean bench bench-eval
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,11 @@ test: $(STAMP) ## Run the test suite (slow tests excluded)
 
 test-slow: $(STAMP) ## Run only the slow tests
 	$(BIN)/python -m pytest -q -m slow
+
+bench: $(STAMP) ## Training/eval tokens/s of every encoding vs plain PyTorch and x-transformers (~6 min)
+	@$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install --quiet -e ".[bench]" \
+		|| echo "x-transformers could not be installed: benchmarking without it"
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 bench-eval: $(STAMP) ## Evaluator time and peak memory per length (nope/rope/alibi/t5, 1k..32k)
 	$(BIN)/python scripts/bench_eval.py $(BENCH_ARGS)

@@ -10,8 +10,12 @@ on an encoding's name.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 from torch import Tensor, nn
+
+from posx.encodings.memo import parameter_versions
 
 
 class PositionalEncoding(nn.Module):
@@ -78,6 +82,16 @@ class PositionalEncoding(nn.Module):
             Attention output ``[b, h, sq, d_h]``.
         """
         raise NotImplementedError(f"{type(self).__name__} has no attention override")
+
+    def cache_key(self) -> Hashable:
+        """What ``bias`` depends on besides positions; attention reuses bias blocks (across
+        layers, and across steps when no gradient flows) while it is unchanged.
+
+        The default covers this module's parameters and buffers: their in-place version
+        counters change with an optimizer step or a loaded state. An encoding whose bias reads
+        state held elsewhere (or plain attributes it mutates) must override this.
+        """
+        return parameter_versions(self)
 
     def for_layer(self, index: int) -> PositionalEncoding:
         """The encoding that layer ``index`` uses: ``self`` when parameters are shared across

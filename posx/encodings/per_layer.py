@@ -7,6 +7,8 @@ is a constructor argument. Parameters live in the owner, stacked along a leading
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding
@@ -60,6 +62,9 @@ class LayerView(PositionalEncoding):
 
     def unsupported_reason(self, length: int) -> str | None:
         return self.owner.unsupported_reason(length)
+
+    def cache_key(self) -> Hashable:
+        return self.owner.cache_key()  # the weights are the owner's
 
     def extra_repr(self) -> str:
         return f"layer={self.index} of {type(self.owner).__name__}"

@@ -1,10 +1,11 @@
 """Rotary position embedding (Su et al. 2021, RoFormer), with inference-time scaling.
 
 Pairs of query/key dimensions are rotated by ``pos * base^(-2i/r)`` so that the score
-``q_m . k_n`` depends only on ``m - n``. Dimensions are paired half-and-half (GPT-NeoX layout):
-``(x_i, x_{i + r/2})``, which equals the paper's adjacent pairing up to a fixed permutation of
-the learned projections. With ``rotary_fraction < 1`` only the first ``r`` dimensions of each
-head rotate (GPT-J/NeoX partial rotary); the rest pass through.
+``q_m . k_n`` depends only on ``m - n``. Dimensions are paired as in the paper (and GPT-J):
+adjacent ``(x_{2i}, x_{2i+1})``, so a pair is one complex number and the rotation one complex
+multiply (the GPT-NeoX half-and-half pairing is the same up to a fixed permutation of the learned
+projections, and costs a copy per call). With ``rotary_fraction < 1`` only the first ``r``
+dimensions of each head rotate (partial rotary); the rest pass through.
 
 ``scaling`` (see :mod:`posx.encodings.rope_scaling`) swaps in other frequencies at evaluation
 (``linear``, ``ntk``, ``dynamic_ntk``, ``yarn``, ``llama3``) or, for ``rerope``, computes the
@@ -21,6 +22,7 @@ import torch
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, as_float, exact_dtype, relative_distance
+from posx.encodings.memo import PositionMemo
 from posx.encodings.rope_scaling import RopeScaling, base_inv_freq, scaled_inv_freq
 
 
@@ -68,6 +70,8 @@ class RoPE(PositionalEncoding):
         self.register_buffer("_cos", torch.empty(0, rot // 2), persistent=False)
         self.register_buffer("_sin", torch.empty(0, rot // 2), persistent=False)
         self._table_len = -1  # dynamic NTK: the length the table is for; -1: static table
+        self._table_version = 0  # bumped on each rebuild, so memoised lookups go stale
+        self._memo = PositionMemo()
 
     # --- frequencies and tables ------------------------------------------------------------
 
@@ -119,26 +123,57 @@ class RoPE(PositionalEncoding):
         self._cos = (angles.cos() * self.attn_scale).float()
         self._sin = (angles.sin() * self.attn_scale).float()
         self._table_len = -1 if seq_len is None else seq_len
+        self._table_version += 1
 
     def turn(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """Rotates the first ``r`` dims of ``x [.., s, d_h]`` by ``cos, sin [.., s, r/2]``."""
-        r, half = self.rot_dim, self.rot_dim // 2
-        x1, x2, rest = x[..., :half], x[..., half:r], x[..., r:]
-        if self.attn_scale != 1.0 and rest.shape[-1]:
+        """Rotates the first ``r`` dims of ``x [.., s, d_h]`` by ``cos, sin [.., s, r/2]``:
+        pair ``(x_{2i}, x_{2i+1}) -> (x_{2i} cos - x_{2i+1} sin, x_{2i} sin + x_{2i+1} cos)``."""
+        return self.turn_with(x, self.rotation(cos, sin, x.dtype))
+
+    def rotation(self, cos: Tensor, sin: Tensor, dtype: torch.dtype) -> Tensor:
+        """The rotation :meth:`turn_with` applies to ``dtype`` inputs: ``cos + i sin``
+        ``[.., r/2]`` (complex) for float32/64; for other dtypes (bf16 under autocast, which has
+        no complex type) ``[.., r, 2]`` holding the real form ``[cos, cos], [-sin, sin]``."""
+        if dtype in (torch.float32, torch.float64):
+            return torch.complex(cos.to(dtype), sin.to(dtype))
+        cos_w = cos.repeat_interleave(2, dim=-1)
+        sin_w = torch.stack((-sin, sin), dim=-1).flatten(-2)
+        return torch.stack((cos_w, sin_w), dim=-1).to(dtype)
+
+    def turn_with(self, x: Tensor, rotation: Tensor) -> Tensor:
+        """Rotates the first ``r`` dims of ``x [.., s, d_h]`` by a :meth:`rotation`."""
+        r = self.rot_dim
+        rot, rest = (x, None) if r == x.shape[-1] else (x[..., :r], x[..., r:])
+        if rotation.is_complex():
+            pairs = rot.unflatten(-1, (r // 2, 2))
+            if pairs.storage_offset() % 2 or any(st % 2 for st in pairs.stride()[:-1]):
+                pairs = pairs.contiguous()  # a complex view needs even strides and offset
+            out = torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2)
+        else:
+            swapped = rot.unflatten(-1, (r // 2, 2)).flip(-1).flatten(-2)  # (x_{2i+1}, x_{2i})
+            out = rot * rotation[..., 0] + swapped * rotation[..., 1]
+        if rest is None:
+            return out
+        if self.attn_scale != 1.0:
             rest = rest * self.attn_scale  # the temperature applies to the whole score
-        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest), dim=-1)
+        return torch.cat((out, rest), dim=-1)
 
     # --- the contract ----------------------------------------------------------------------
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         seq_len = self._dynamic_len(q_pos, k_pos)
-        q_cs = [t.unsqueeze(-3).to(q.dtype) for t in self.cos_sin(q_pos, seq_len)]  # [(b,)1,s,r/2]
-        k_cs = (
-            q_cs
-            if k_pos is q_pos
-            else [t.unsqueeze(-3).to(k.dtype) for t in self.cos_sin(k_pos, seq_len)]
-        )
-        return self.turn(q, *q_cs), self.turn(k, *k_cs)
+        q_rot = self._rotation_at(q_pos, seq_len, q.dtype)
+        k_rot = q_rot if k_pos is q_pos else self._rotation_at(k_pos, seq_len, k.dtype)
+        return self.turn_with(q, q_rot), self.turn_with(k, k_rot)
+
+    def _rotation_at(self, pos: Tensor, seq_len: int | None, dtype: torch.dtype) -> Tensor:
+        """The rotation ``[(b,) 1, s, ..]`` at ``pos``: looked up once, then reused by every
+        layer and by later steps at the same positions."""
+
+        def compute() -> Tensor:
+            return self.rotation(*self.cos_sin(pos, seq_len), dtype).unsqueeze(-3)
+
+        return self._memo.get((seq_len, dtype, self._table_version), (pos,), compute)
 
     @property
     def has_attend(self) -> bool:
@@ -166,8 +201,7 @@ class RoPE(PositionalEncoding):
             raise NotImplementedError(f"RoPE with scaling {self.scaling.type!r} has no attend")
         w = self.scaling.rerope_window
         q_near, k_near = self.rotate(q, k, q_pos, k_pos)
-        cos_w, sin_w = self.cos_sin(torch.tensor([w], device=q.device))
-        q_far = self.turn(q, cos_w.to(q.dtype), sin_w.to(q.dtype))
+        q_far = self.turn(q, *self.cos_sin(torch.tensor([w], device=q.device)))
         scale = 1.0 / math.sqrt(q.shape[-1])
         s = q.shape[-2]
         outputs = []

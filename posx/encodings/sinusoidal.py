@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, as_float
+from posx.encodings.memo import PositionMemo
 
 
 def sinusoidal_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
@@ -43,6 +44,11 @@ class Sinusoidal(PositionalEncoding):
         self.d_model = d_model
         self.base = base
         self.scale = d_model**-0.5 if scale is None else scale
+        self._memo = PositionMemo()
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        return x + self.scale * sinusoidal_table(pos, self.d_model, self.base).to(x.dtype)
+        def table() -> Tensor:
+            return self.scale * sinusoidal_table(pos, self.d_model, self.base).to(x.dtype)
+
+        # The table is a function of the positions alone: built once per position set.
+        return x + self._memo.get(x.dtype, (pos,), table)

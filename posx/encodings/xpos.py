@@ -55,8 +55,8 @@ class XPos(RoPE):
         q_cos, q_sin = self.cos_sin(q_pos)
         k_cos, k_sin = self.cos_sin(k_pos)
         up, down = self.decay(q_pos, center), 1.0 / self.decay(k_pos, center)
-        q_cs = [(t * up).unsqueeze(-3).to(q.dtype) for t in (q_cos, q_sin)]  # [(b,) 1, s, r/2]
-        k_cs = [(t * down).unsqueeze(-3).to(k.dtype) for t in (k_cos, k_sin)]
+        q_cs = [(t * up).unsqueeze(-3) for t in (q_cos, q_sin)]  # [(b,) 1, s, r/2]
+        k_cs = [(t * down).unsqueeze(-3) for t in (k_cos, k_sin)]
         return self.turn(q, *q_cs), self.turn(k, *k_cs)
 
     def max_length(self) -> int:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posx.encodings.base import PositionalEncoding
+from posx.encodings.memo import forward_scope
 from posx.model.attention import causal_attention
 
 
@@ -112,10 +113,11 @@ class TransformerLM(nn.Module):
         """
         if pos is None:
             pos = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.encoding.embed(self.tok(tokens), pos)
-        x = self.drop(x)
-        for i, block in enumerate(self.blocks):
-            x = block(x, pos, self.encoding.for_layer(i))
+        # Position-derived tensors with autograd history are shared by this forward's layers.
+        with forward_scope():
+            x = self.drop(self.encoding.embed(self.tok(tokens), pos))
+            for i, block in enumerate(self.blocks):
+                x = block(x, pos, self.encoding.for_layer(i))
         return self.head(self.norm(x))
 
     def num_parameters(self) -> int:

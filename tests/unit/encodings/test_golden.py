@@ -215,19 +215,21 @@ def test_rope_partial_rotation_leaves_the_rest_unchanged():
     assert not torch.allclose(qr[..., :8], q[..., :8])
 
 
-def test_rope_hand_rotation_neox_layout():
-    """Pair (x_i, x_{i + r/2}) turns by angle p * base^(-2i / r)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_hand_rotation_adjacent_pairs(dtype):
+    """Pair (x_{2i}, x_{2i+1}) turns by angle p * base^(-2i / r), as in the paper; the complex
+    (float32) and real (bf16) code paths agree with it."""
     d, p = 8, 7
     enc = RoPE(head_dim=d)
     q, k = _qk(d, seed=3)
-    qr, _ = enc.rotate(q, k, torch.tensor([p]), torch.tensor([p]))
-    x, got = q.flatten().tolist(), qr.flatten().tolist()
-    half = d // 2
-    for i in range(half):
+    qr, _ = enc.rotate(q.to(dtype), k.to(dtype), torch.tensor([p]), torch.tensor([p]))
+    x, got = q.to(dtype).float().flatten().tolist(), qr.float().flatten().tolist()
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    for i in range(d // 2):
         theta = p * 10000 ** (-2 * i / d)
         c, s = math.cos(theta), math.sin(theta)
-        assert got[i] == pytest.approx(x[i] * c - x[i + half] * s, abs=1e-5)
-        assert got[i + half] == pytest.approx(x[i] * s + x[i + half] * c, abs=1e-5)
+        assert got[2 * i] == pytest.approx(x[2 * i] * c - x[2 * i + 1] * s, abs=tol)
+        assert got[2 * i + 1] == pytest.approx(x[2 * i] * s + x[2 * i + 1] * c, abs=tol)
 
 
 @pytest.mark.parametrize(("head_dim", "fraction"), [(6, 0.5), (5, 1.0), (2, 0.25)])

@@ -36,14 +36,14 @@ def test_score_by_hand(n, m):
     d, gamma = 8, 512.0
     q, k = _qk(d, seed=n)
     x, y = q.flatten().tolist(), k.flatten().tolist()
-    half = d // 2
     want = 0.0
-    for i in range(half):
+    for i in range(d // 2):
+        a, b = 2 * i, 2 * i + 1  # pair i: adjacent dimensions, as in the paper
         zeta = (2 * i + 0.4 * d) / (1.4 * d)
         theta = (n - m) * 10000 ** (-2 * i / d)  # the pair's relative rotation
         # R(n t) x . R(m t) y = x . R(-(n - m) t) y
-        dot = (x[i] * y[i] + x[i + half] * y[i + half]) * math.cos(theta) + (
-            x[i] * y[i + half] - x[i + half] * y[i]
+        dot = (x[a] * y[a] + x[b] * y[b]) * math.cos(theta) + (
+            x[a] * y[b] - x[b] * y[a]
         ) * math.sin(theta)
         want += zeta ** ((n - m) / gamma) * dot
     assert _score(XPos(d, gamma=gamma), q, k, n, m) == pytest.approx(want, rel=1e-4, abs=1e-5)

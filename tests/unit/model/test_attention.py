@@ -126,3 +126,35 @@ def test_causal_attention_with_rope_matches_reference():
     qr, kr = enc.rotate(q, k, pos, pos)
     got = causal_attention(q, k, v, pos, pos, enc)
     torch.testing.assert_close(got, reference(qr, kr, v), atol=1e-5, rtol=1e-5)
+
+
+# --- reuse of position-derived tensors (PositionMemo) ------------------------------------------
+
+MEMO_ENCODINGS = ["rope", "xpos", "alibi", "alibi_learned", "t5", "kerple_log", "fire"]
+
+
+@pytest.mark.parametrize("encoding", MEMO_ENCODINGS)
+def test_cached_tables_and_biases_track_training(encoding, make_tiny_model):
+    """Across optimizer steps, gradient accumulation and an inference-mode eval, a model with
+    its caches warm computes exactly what a freshly built copy (empty caches) computes."""
+    torch.manual_seed(0)
+    model = make_tiny_model(encoding).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    tokens = torch.randint(0, 50, (2, 16))
+    for _ in range(2):
+        for _ in range(2):  # two backward passes before a step: grads accumulate
+            model(tokens).logsumexp(-1).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        with torch.inference_mode():
+            model(tokens)
+    fresh = make_tiny_model(encoding).train()
+    fresh.load_state_dict(model.state_dict())
+    with torch.inference_mode():  # the cache from before the last step must not be used
+        torch.testing.assert_close(model(tokens), fresh(tokens), atol=1e-6, rtol=1e-6)
+    out, want = model(tokens), fresh(tokens)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-6)
+    out.sum().backward()
+    want.sum().backward()
+    for (name, p), q in zip(model.named_parameters(), fresh.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-5, msg=name)

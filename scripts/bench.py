@@ -1,0 +1,466 @@
+"""What posx's flexibility costs: training and evaluation throughput side by side.
+
+One process builds, for each model size, every variant once and then times them in alternating
+rounds (round r starts at variant r, so no variant always runs first or last and slow drift of
+the machine spreads over all of them). Medians over the rounds are compared:
+
+- ``posx/<encoding>``: posx's ``TransformerLM`` with each encoding in ``configs/encoding``;
+- ``reference``: a plain-PyTorch decoder written below with the same dimensions (pre-norm,
+  fused qkv, SDPA causal, GELU MLP, tied head) and no positional encoding: the ceiling;
+- ``xtransformers/<encoding>``: lucidrains' x-transformers (the optional ``bench`` extra) with
+  the same dimensions, for the encodings both libraries have.
+
+A training step is forward, cross-entropy over every token, backward, gradient clipping and an
+AdamW step, on random tokens (the data pipeline is the same for all and not what is measured).
+The evaluation side times inference-mode forwards at 1x, 4x and 16x the training length with
+the same number of tokens per call. Results go to ``<out>/bench.csv`` (one row per measurement,
+with threads, torch version and device in every row) and ``<out>/ratios.csv``.
+
+    python scripts/bench.py                                # tiny and small, all encodings
+    python scripts/bench.py --models tiny --encodings nope,rope,alibi --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 256  # the byte-level text task's vocabulary
+# Targets from the issue: posx / reference for the cheap encodings, the rest, and posx / x-t.
+CHEAP = {"nope", "sinusoidal", "learned", "rope", "alibi"}
+TARGET_CHEAP, TARGET_BIAS, TARGET_XT = 0.95, 0.8, 1.2  # encodings with attend: no target
+# posx encoding -> x-transformers keyword arguments (wrapper, decoder) for the same idea.
+XT_EQUIVALENT: dict[str, tuple[dict, dict]] = {
+    "nope": ({"use_abs_pos_emb": False}, {}),
+    "learned": ({"use_abs_pos_emb": True}, {}),
+    "sinusoidal": ({"use_abs_pos_emb": True, "scaled_sinu_pos_emb": True}, {}),
+    "rope": ({"use_abs_pos_emb": False}, {"rotary_pos_emb": True}),
+    "xpos": ({"use_abs_pos_emb": False}, {"rotary_pos_emb": True, "rotary_xpos": True}),
+    "alibi": ({"use_abs_pos_emb": False}, {"alibi_pos_bias": True}),
+    "t5": ({"use_abs_pos_emb": False}, {"rel_pos_bias": True}),
+}
+
+
+@dataclass(frozen=True)
+class Dims:
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+
+
+# ----------------------------------------------------------------------------- the reference
+
+
+class RefBlock(nn.Module):
+    def __init__(self, d: Dims) -> None:
+        super().__init__()
+        self.h = d.n_heads
+        self.norm1, self.norm2 = nn.LayerNorm(d.d_model), nn.LayerNorm(d.d_model)
+        self.qkv = nn.Linear(d.d_model, 3 * d.d_model, bias=False)
+        self.proj = nn.Linear(d.d_model, d.d_model, bias=False)
+        self.fc = nn.Linear(d.d_model, d.d_ff, bias=False)
+        self.out = nn.Linear(d.d_ff, d.d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, s, dm = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.h, dm // self.h).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, dm))
+        return x + self.out(F.gelu(self.fc(self.norm2(x))))
+
+
+class Reference(nn.Module):
+    """The plainest decoder of these dimensions: no positional information at all."""
+
+    def __init__(self, d: Dims) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, d.d_model)
+        self.blocks = nn.ModuleList(RefBlock(d) for _ in range(d.n_layers))
+        self.norm = nn.LayerNorm(d.d_model)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.tok(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.norm(x), self.tok.weight)
+
+
+# ----------------------------------------------------------------------------- the variants
+
+
+@dataclass
+class Variant:
+    name: str  # "posx/rope", "reference", "xtransformers/rope"
+    encoding: str  # "rope"; "-" for the reference
+    model: nn.Module
+    max_len: int | None = None  # longest sequence the variant accepts (learned tables)
+    bias: bool = False  # a bias encoding (the issue's 0.8x target)
+    optimizer: torch.optim.Optimizer | None = None
+
+    @property
+    def library(self) -> str:
+        return self.name.split("/")[0]
+
+
+def posx_variant(model_name: str, encoding: str, length: int) -> Variant:
+    from posx.build import build_model
+    from posx.launch import compose_config
+
+    cfg = compose_config([f"model={model_name}", f"encoding={encoding}", f"train.length={length}"])
+    model = build_model(cfg, VOCAB)
+    enc = model.encoding
+    bias = enc.has_bias and not enc.has_attend
+    return Variant(f"posx/{encoding}", encoding, model, enc.max_len, bias)
+
+
+def xt_variant(encoding: str, d: Dims, length: int) -> Variant | None:
+    try:
+        from x_transformers import Decoder, TransformerWrapper
+    except ImportError:
+        return None
+    wrapper_kw, decoder_kw = XT_EQUIVALENT[encoding]
+    model = TransformerWrapper(
+        num_tokens=VOCAB,
+        max_seq_len=length,
+        tie_embedding=True,
+        **wrapper_kw,
+        attn_layers=Decoder(
+            dim=d.d_model,
+            depth=d.n_layers,
+            heads=d.n_heads,
+            ff_mult=d.d_ff // d.d_model,
+            # SDPA is x-transformers' fastest path; it refuses it with T5's bias.
+            attn_flash=encoding != "t5",
+            **decoder_kw,
+        ),
+    )
+    return Variant(f"xtransformers/{encoding}", encoding, model, length)
+
+
+def model_dims(model_name: str) -> Dims:
+    from posx.launch import compose_config
+
+    m = compose_config([f"model={model_name}"]).model
+    return Dims(m.d_model, m.n_layers, m.n_heads, m.d_ff)
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def train_step(v: Variant, tokens: Tensor) -> None:
+    with torch.autocast(tokens.device.type, torch.bfloat16, enabled=tokens.is_cuda):
+        logits = v.model(tokens[:, :-1])
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+    v.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(v.model.parameters(), 1.0)
+    v.optimizer.step()
+
+
+def forward(v: Variant, tokens: Tensor) -> None:
+    with (
+        torch.inference_mode(),
+        torch.autocast(tokens.device.type, torch.bfloat16, enabled=tokens.is_cuda),
+    ):
+        v.model(tokens)
+
+
+def timed(fn: Callable[[], None], calls: int, device: torch.device) -> float:
+    """Seconds per call of ``fn`` over ``calls`` calls (waiting for the GPU to finish)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / calls
+
+
+def alternate(variants: list[Variant], n: int, run_one: Callable[[Variant], float]) -> dict:
+    """Runs every variant once per round, round r starting at variant r; returns
+    name -> the value of each round, in round order."""
+    values: dict[str, list[float]] = {v.name: [0.0] * n for v in variants}
+    for r in range(n):
+        k = r % len(variants)
+        for v in variants[k:] + variants[:k]:
+            values[v.name][r] = run_one(v)
+    return values
+
+
+def bench_model(model_name: str, args: argparse.Namespace, rows: list[dict]) -> None:
+    """Times every variant of one model size; appends one row per (variant, phase, length,
+    round) to ``rows``."""
+    dims, length, batch, dev = model_dims(model_name), args.length, args.batch, args.device
+    variants = [Variant("reference", "-", Reference(dims))]
+    variants += [posx_variant(model_name, e, length) for e in args.encodings]
+    if not args.no_xtransformers:
+        xts = [xt_variant(e, dims, length) for e in args.encodings if e in XT_EQUIVALENT]
+        if any(x is None for x in xts):
+            print("x-transformers is not installed (pip install -e '.[bench]'); left out")
+        variants += [x for x in xts if x is not None]
+    for v in variants:
+        v.model.to(dev)
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, VOCAB, (batch, length + 1), generator=gen).to(dev)
+
+    # Training: every variant gets its optimizer and a warm-up (allocator, first dispatch),
+    # whose time sets how many steps make one timed sample of about --sample-seconds.
+    calls: dict[str, int] = {}
+    for v in variants:
+        v.model.train()
+        v.optimizer = torch.optim.AdamW(v.model.parameters(), lr=1e-4)
+        warm = timed(lambda v=v: train_step(v, tokens), args.warmup, dev)
+        calls[v.name] = max(1, math.ceil(args.sample_seconds / warm))
+    per_step = alternate(
+        variants,
+        args.rounds,
+        lambda v: timed(lambda: train_step(v, tokens), calls[v.name], dev),
+    )
+    for v in variants:
+        rows += [
+            row(model_name, v, "train", length, batch, r, sec, calls[v.name], args)
+            for r, sec in enumerate(per_step[v.name])
+        ]
+        tps = batch * length / statistics.median(per_step[v.name])
+        print(f"  train {v.name:28s} {tps:>10,.0f} tok/s")
+        v.optimizer = None  # free the optimizer state before evaluating
+
+    # Evaluation: the same tokens per forward at every length. x-transformers is left out:
+    # its absolute tables stop at the training length, and the reference is the ceiling.
+    evaluated = [v for v in variants if v.library != "xtransformers"]
+    for factor in args.eval_factors:
+        n = length * factor
+        b = max(1, batch * length // n)
+        inputs = torch.randint(0, VOCAB, (b, n), generator=gen).to(dev)
+        ok = [v for v in evaluated if v.max_len is None or n <= v.max_len]
+        for v in ok:
+            v.model.eval()
+            warm = timed(lambda v=v: forward(v, inputs), 1, dev)  # first call at this shape
+            calls[v.name] = max(1, math.ceil(args.sample_seconds / warm))
+
+        def call(v: Variant, inputs: Tensor = inputs) -> float:
+            return timed(lambda: forward(v, inputs), calls[v.name], dev)
+
+        per_call = alternate(ok, args.rounds, call)
+        for v in evaluated:
+            if v in ok:
+                rows += [
+                    row(model_name, v, "eval", n, b, r, sec, calls[v.name], args)
+                    for r, sec in enumerate(per_call[v.name])
+                ]
+            else:
+                nan = row(model_name, v, "eval", n, b, 0, math.nan, 0, args)
+                rows.append({**nan, "note": f"unsupported past {v.max_len}"})
+        print(f"  eval  length {n}: {len(ok)} variants")
+
+
+def row(
+    model: str,
+    v: Variant,
+    phase: str,
+    length: int,
+    batch: int,
+    rnd: int,
+    sec: float,
+    calls: int,
+    args: argparse.Namespace,
+) -> dict:
+    """One measurement, with what is needed to compare it: machine, threads, torch, dtype."""
+    cuda = args.device.type == "cuda"
+    return {
+        "model": model,
+        "variant": v.name,
+        "library": v.library,
+        "encoding": v.encoding,
+        "bias_encoding": v.bias,
+        "phase": phase,
+        "length": length,
+        "batch": batch,
+        "round": rnd,
+        "seconds_per_step": sec,
+        "tokens_per_s": batch * length / sec if sec == sec else math.nan,
+        "note": "",
+        "calls_per_sample": calls,
+        "device": torch.cuda.get_device_name(args.device) if cuda else "cpu",
+        "dtype": "bf16-autocast" if cuda else "fp32",
+        "threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+    }
+
+
+# ----------------------------------------------------------------------------- ratios
+
+
+def ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, phase, length, encoding): median tokens/s and the medians of the per-round
+    ratios to the reference and to x-transformers. A ratio is taken within one round, so the
+    machine's drift between rounds cancels."""
+    df = df.dropna(subset=["tokens_per_s"])
+    wide = df.pivot_table(
+        index=["model", "phase", "length", "round"], columns="variant", values="tokens_per_s"
+    )
+    out = []
+    for (model, phase, length), g in df.groupby(["model", "phase", "length"], sort=False):
+        w = wide.loc[(model, phase, length)]
+        kinds = g[g.library == "posx"].groupby("encoding", sort=False).bias_encoding.first()
+        for enc, bias in kinds.items():
+            posx, xt = w[f"posx/{enc}"], f"xtransformers/{enc}"
+            per_round = posx / w["reference"] if "reference" in w else posx * math.nan
+            vs_ref, spread = per_round.median(), per_round.quantile(0.75) - per_round.quantile(0.25)
+            vs_xt = (posx / w[xt]).median() if xt in w else math.nan
+            target = TARGET_CHEAP if enc in CHEAP else TARGET_BIAS if bias else math.nan
+            checks = [vs_ref >= target] if target == target else []
+            checks += [vs_xt >= TARGET_XT] if xt in w else []
+            meets = all(checks) if phase == "train" and checks else ""
+            out.append(
+                {
+                    "model": model,
+                    "phase": phase,
+                    "length": length,
+                    "encoding": enc,
+                    "posx_tok_s": posx.median(),
+                    "reference_tok_s": w["reference"].median() if "reference" in w else math.nan,
+                    "xt_tok_s": w[xt].median() if xt in w else math.nan,
+                    "posx_vs_reference": vs_ref,
+                    "posx_vs_reference_iqr": spread,
+                    "target_vs_reference": target,
+                    "posx_vs_xt": vs_xt,
+                    "target_vs_xt": TARGET_XT if xt in w else math.nan,
+                    "meets_target": meets,
+                    "rounds": int(posx.notna().sum()),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def print_table(table: pd.DataFrame) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    models = list(dict.fromkeys(table.model))  # in the order they were run
+    order = table.assign(m=table.model.map(models.index), train_first=table.phase != "train")
+    order = order.sort_values(["m", "train_first", "length"], kind="stable")
+    for (model, phase, length), g in order.groupby(["model", "phase", "length"], sort=False):
+        t = Table(title=f"{model} · {phase} · length {length} · {torch.get_num_threads()} threads")
+        for col in ("encoding", "posx tok/s", "÷ reference", "÷ x-transformers", "target"):
+            t.add_column(col, justify="left" if col == "encoding" else "right")
+        for _, r in g.sort_values("posx_vs_reference", ascending=False).iterrows():
+            xt = "" if r.posx_vs_xt != r.posx_vs_xt else f"{r.posx_vs_xt:.2f}"
+            goal = (
+                f"≥{r.target_vs_reference:.2f}"
+                if r.target_vs_reference == r.target_vs_reference
+                else ""
+            )
+            met = {True: f"[green]met {goal}", False: f"[red]missed {goal}", "": ""}[r.meets_target]
+            vs = f"{r.posx_vs_reference:.2f} ±{r.posx_vs_reference_iqr / 2:.2f}"
+            t.add_row(r.encoding, f"{r.posx_tok_s:,.0f}", vs, xt, met)
+        ref = g.reference_tok_s.iloc[0]
+        t.caption = (
+            f"reference (plain PyTorch, SDPA causal): {ref:,.0f} tok/s; ratios: median over "
+            "rounds of the ratio within a round, ± half its interquartile range"
+        )
+        console.print(t)
+
+
+def fail(message: str) -> int:
+    print(f"bench: error: {message}", file=sys.stderr)
+    return 2
+
+
+def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Namespace | str:
+    """The arguments, or a one-line message saying what is wrong."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="tiny,small", help="model configs, comma-separated")
+    p.add_argument("--encodings", default=",".join(all_encodings))
+    p.add_argument("--length", type=int, default=64, help="training length (train.length)")
+    p.add_argument("--batch", type=int, default=32, help="training batch (train.batch_size)")
+    p.add_argument("--rounds", type=int, default=11, help="alternating rounds (medians over them)")
+    p.add_argument(
+        "--sample-seconds", type=float, default=0.15, help="least time of one timed sample"
+    )
+    p.add_argument("--warmup", type=int, default=2, help="untimed training steps per variant")
+    p.add_argument("--eval-factors", default="1,4,16", help="eval lengths as multiples of --length")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast, as posx trains)")
+    p.add_argument("--out", default=None, help="output dir (default results/bench/<time>)")
+    p.add_argument("--no-xtransformers", action="store_true", help="leave x-transformers out")
+    args = p.parse_args()
+    args.models = [m for m in args.models.split(",") if m]
+    args.encodings = [e for e in args.encodings.split(",") if e]
+    groups = (("model", args.models, all_models), ("encoding", args.encodings, all_encodings))
+    for what, given, known in groups:
+        unknown = ", ".join(sorted(set(given) - set(known))) or (
+            "(none given)" if not given else ""
+        )
+        if unknown:
+            return f"unknown {what} {unknown}; choose from {', '.join(known)}"
+    try:
+        args.eval_factors = [int(f) for f in args.eval_factors.split(",") if f]
+    except ValueError:
+        return f"--eval-factors takes integers like 1,4,16, got {args.eval_factors!r}"
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        return f"--device {args.device} but CUDA is not available; use --device cpu"
+    try:
+        args.device = torch.device(args.device)
+    except RuntimeError:
+        return f"unknown --device {args.device!r}; use cpu or cuda[:N]"
+    counts = [args.length, args.batch, args.rounds, args.warmup, *args.eval_factors]
+    if min(counts) < 1 or args.threads < 0 or not args.sample_seconds > 0:
+        return (
+            "--length, --batch, --rounds, --warmup and --eval-factors must be >= 1, "
+            "--sample-seconds > 0"
+        )
+    return args
+
+
+def main() -> int:
+    from posx.launch import CONFIG_DIR
+    from posx.results import write_csv
+
+    def names(group: str) -> list[str]:
+        return sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))
+
+    args = parse_args(names("encoding"), names("model"))
+    if isinstance(args, str):
+        return fail(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out or ROOT / "results" / "bench" / time.strftime("%Y%m%d-%H%M%S"))
+    torch.manual_seed(0)
+    rows: list[dict] = []
+    start = time.perf_counter()
+    for model_name in args.models:
+        print(f"{model_name}: {len(args.encodings)} encodings, {args.rounds} rounds")
+        bench_model(model_name, args, rows)
+    df = pd.DataFrame(rows)
+    table = ratios(df)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "bench.csv", df)
+    write_csv(out / "ratios.csv", table)
+    print_table(table)
+    print(
+        f"{time.perf_counter() - start:.0f} s, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}; wrote {out / 'bench.csv'} and ratios.csv"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""PositionMemo: values are reused only while positions, key, grad mode and scope allow it."""
+
+from __future__ import annotations
+
+import torch
+
+from posx.encodings.memo import PositionMemo, forward_scope, parameter_versions
+
+
+def counting(memo: PositionMemo):
+    calls = []
+
+    def get(key, pos, make=lambda pos: pos.float() * 2):
+        def compute():
+            calls.append(key)
+            return make(pos)
+
+        return memo.get(key, (pos,), compute)
+
+    return get, calls
+
+
+def test_equal_positions_reuse_the_value_and_other_positions_recompute():
+    get, calls = counting(PositionMemo())
+    first = get("k", torch.arange(5))
+    assert get("k", torch.arange(5)) is first  # a new tensor with equal values: reused
+    assert len(calls) == 1
+    shifted = get("k", torch.arange(1, 6))
+    assert len(calls) == 2 and torch.equal(shifted, torch.arange(1, 6).float() * 2)
+    get("other key", torch.arange(1, 6))
+    assert len(calls) == 3
+
+
+def test_changing_the_callers_positions_in_place_is_noticed():
+    get, calls = counting(PositionMemo())
+    pos = torch.arange(4)
+    get("k", pos)
+    pos[0] = 7  # the memo kept its own copy, so this is a different position set now
+    assert torch.equal(get("k", pos), pos.float() * 2)
+    assert len(calls) == 2
+
+
+def test_grad_mode_and_inference_mode_are_part_of_the_key():
+    get, calls = counting(PositionMemo())
+    pos = torch.arange(3)
+    get("k", pos)
+    with torch.no_grad():
+        get("k", pos)
+    with torch.inference_mode():
+        made = get("k", pos)
+    assert len(calls) == 3
+    assert made.is_inference()
+    assert not get("k", pos).is_inference()  # never handed to autograd outside inference mode
+
+
+def test_tracked_values_live_only_inside_their_forward_scope():
+    weight = torch.ones(3, requires_grad=True)
+    get, calls = counting(PositionMemo())
+    make = lambda pos: pos.float() * weight  # noqa: E731
+    pos = torch.arange(3)
+    get("k", pos, make)
+    get("k", pos, make)
+    assert len(calls) == 2  # outside any scope a tracked value is never kept
+    with forward_scope():
+        a = get("k", pos, make)
+        assert get("k", pos, make) is a
+    with forward_scope():
+        assert get("k", pos, make) is not a  # the next forward builds its own graph
+    assert len(calls) == 4
+
+
+def test_memory_stays_within_the_budget():
+    memo = PositionMemo(max_elements=10)
+    get, calls = counting(memo)
+    get("big", torch.arange(11))
+    get("big", torch.arange(11))
+    assert len(calls) == 2 and memo._held == 0  # larger than the budget: never kept
+    for n in range(3):
+        get(("small", n), torch.arange(4))
+        assert memo._held <= 10
+    assert len(memo._entries) == 2  # the oldest entry made room for the newest
+
+
+def test_parameter_versions_change_with_an_optimizer_step():
+    layer = torch.nn.Linear(2, 2)
+    before = parameter_versions(layer)
+    layer(torch.ones(1, 2)).sum().backward()
+    torch.optim.SGD(layer.parameters(), lr=0.1).step()
+    assert parameter_versions(layer) != before
