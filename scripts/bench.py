@@ -250,7 +250,7 @@ def bench_model(model_name: str, args: argparse.Namespace, rows: list[dict]) -> 
         ok = [v for v in evaluated if v.max_len is None or n <= v.max_len]
         for v in ok:
             v.model.eval()
-            warm = timed(lambda v=v: forward(v, inputs), 1, dev)  # first call at this shape
+            warm = timed(lambda v=v, x=inputs: forward(v, x), 1, dev)  # first call, this shape
             calls[v.name] = max(1, math.ceil(args.sample_seconds / warm))
 
         def call(v: Variant, inputs: Tensor = inputs) -> float:
@@ -391,9 +391,9 @@ def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Name
     p.add_argument("--encodings", default=",".join(all_encodings))
     p.add_argument("--length", type=int, default=64, help="training length (train.length)")
     p.add_argument("--batch", type=int, default=32, help="training batch (train.batch_size)")
-    p.add_argument("--rounds", type=int, default=11, help="alternating rounds (medians over them)")
+    p.add_argument("--rounds", type=int, default=9, help="alternating rounds (medians over them)")
     p.add_argument(
-        "--sample-seconds", type=float, default=0.15, help="least time of one timed sample"
+        "--sample-seconds", type=float, default=0.1, help="least time of one timed sample"
     )
     p.add_argument("--warmup", type=int, default=2, help="untimed training steps per variant")
     p.add_argument("--eval-factors", default="1,4,16", help="eval lengths as multiples of --length")

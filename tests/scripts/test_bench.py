@@ -1,0 +1,138 @@
+"""scripts/bench.py: the reference model, the ratio arithmetic, a real short run, bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("posx_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["posx_bench"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reference_matches_posx_nope_with_the_same_weights(bench):
+    """The ceiling is the same function as posx without positions: copy posx's weights into
+    the reference and the logits agree (so its speed is a fair comparison)."""
+    posx = bench.posx_variant("tiny", "nope", 16).model.eval()
+    ref = bench.Reference(bench.model_dims("tiny")).eval()
+    ref.tok.weight.data.copy_(posx.tok.weight)
+    ref.norm.load_state_dict(posx.norm.state_dict())
+    for mine, theirs in zip(ref.blocks, posx.blocks, strict=True):
+        mine.norm1.load_state_dict(theirs.norm1.state_dict())
+        mine.norm2.load_state_dict(theirs.norm2.state_dict())
+        for name in ("qkv", "proj"):
+            getattr(mine, name).weight.data.copy_(getattr(theirs.attn, name).weight)
+        mine.fc.weight.data.copy_(theirs.fc.weight)
+        mine.out.weight.data.copy_(theirs.out.weight)
+    tokens = torch.randint(0, bench.VOCAB, (2, 16))
+    torch.testing.assert_close(ref(tokens), posx(tokens), atol=1e-5, rtol=1e-5)
+
+
+def _rows(values: dict[str, list[float]], bias: dict[str, bool]) -> pd.DataFrame:
+    rows = []
+    for variant, per_round in values.items():
+        library, _, enc = variant.partition("/")
+        for r, tps in enumerate(per_round):
+            rows.append(
+                {
+                    "model": "tiny",
+                    "phase": "train",
+                    "length": 64,
+                    "round": r,
+                    "variant": variant,
+                    "library": library,
+                    "encoding": enc or "-",
+                    "bias_encoding": bias.get(enc, False),
+                    "tokens_per_s": tps,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_ratios_are_medians_of_per_round_ratios_with_the_issue_targets(bench):
+    # Round 2 runs on a machine twice as slow: per-round ratios cancel it, so rope is 0.9
+    # in every round while a ratio of medians would say 0.9 * 100 / 100 only by luck.
+    values = {
+        "reference": [100.0, 100.0, 50.0],
+        "posx/rope": [90.0, 90.0, 45.0],
+        "xtransformers/rope": [50.0, 80.0, 25.0],
+        "posx/t5": [79.0, 81.0, 40.0],
+        "posx/shaw": [10.0, 10.0, 5.0],
+    }
+    table = bench.ratios(_rows(values, {"t5": True})).set_index("encoding")
+    assert table.loc["rope", "posx_vs_reference"] == pytest.approx(0.9)
+    assert table.loc["rope", "posx_vs_xt"] == pytest.approx(1.8)  # median of 1.8, 1.125, 1.8
+    assert table.loc["rope", "meets_target"] is False  # 0.9 < 0.95
+    assert table.loc["t5", "posx_vs_reference"] == pytest.approx(0.8)
+    assert table.loc["t5", "target_vs_reference"] == 0.8
+    assert table.loc["t5", "meets_target"] is True
+    assert math.isnan(table.loc["shaw", "target_vs_reference"])  # no target for attend
+    assert table.loc["shaw", "meets_target"] == ""
+
+
+def test_x_transformers_equivalents_build_and_run(bench):
+    pytest.importorskip("x_transformers")
+    dims = bench.model_dims("tiny")
+    tokens = torch.randint(0, bench.VOCAB, (2, 16))
+    for enc in bench.XT_EQUIVALENT:
+        v = bench.xt_variant(enc, dims, 16)
+        assert v.model(tokens).shape == (2, 16, bench.VOCAB), enc
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_short_run_writes_both_tables(tmp_path):
+    proc = run(
+        "--models", "tiny", "--encodings", "nope,alibi,learned", "--rounds", "2",
+        "--length", "16", "--batch", "4", "--eval-factors", "1,2", "--sample-seconds", "0.001",
+        "--no-xtransformers", "--threads", "1", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = pd.read_csv(tmp_path / "bench.csv")
+    timed = data.dropna(subset=["tokens_per_s"])
+    assert set(timed.variant) == {"reference", "posx/nope", "posx/alibi", "posx/learned"}
+    assert (timed.tokens_per_s > 0).all() and set(timed["round"]) == {0, 1}
+    assert set(data.threads) == {1}
+    gap = data[(data.variant == "posx/learned") & (data.length == 32)]
+    assert gap.tokens_per_s.isna().all() and "unsupported" in gap.note.iloc[0]
+    table = pd.read_csv(tmp_path / "ratios.csv")
+    train = table[table.phase == "train"].set_index("encoding")
+    assert sorted(train.index) == ["alibi", "learned", "nope"]
+    assert train.posx_vs_reference.between(0.05, 20).all()
+    assert "tiny · train · length 16" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["--encodings", "nope,bogus"], "unknown encoding bogus; choose from alibi"),
+        (["--models", "huge"], "unknown model huge; choose from small, tiny"),
+        (["--eval-factors", "1,x"], "--eval-factors takes integers"),
+        (["--rounds", "0"], "must be >= 1"),
+        (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "-"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(tmp_path, args, text):
+    proc = run(*args, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error:") and text in lines[0], lines
+    assert not (tmp_path / "out").exists()
