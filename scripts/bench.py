@@ -362,12 +362,10 @@ def print_table(table: pd.DataFrame) -> None:
         for col in ("encoding", "posx tok/s", "÷ reference", "÷ x-transformers", "target"):
             t.add_column(col, justify="left" if col == "encoding" else "right")
         for _, r in g.sort_values("posx_vs_reference", ascending=False).iterrows():
-            xt = "" if r.posx_vs_xt != r.posx_vs_xt else f"{r.posx_vs_xt:.2f}"
-            goal = (
-                f"≥{r.target_vs_reference:.2f}"
-                if r.target_vs_reference == r.target_vs_reference
-                else ""
-            )
+            xt = f"{r.posx_vs_xt:.2f}" if pd.notna(r.posx_vs_xt) else ""
+            goals = [f"≥{r.target_vs_reference:.2f}"] if pd.notna(r.target_vs_reference) else []
+            goals += [f"x-t ≥{r.target_vs_xt:.2f}"] if pd.notna(r.target_vs_xt) else []
+            goal = ", ".join(goals)
             met = {True: f"[green]met {goal}", False: f"[red]missed {goal}", "": ""}[r.meets_target]
             vs = f"{r.posx_vs_reference:.2f} ±{r.posx_vs_reference_iqr / 2:.2f}"
             t.add_row(r.encoding, f"{r.posx_tok_s:,.0f}", vs, xt, met)
