@@ -1,8 +1,9 @@
 """What posx's flexibility costs: training and evaluation throughput side by side.
 
-One process builds, for each model size, every variant once and then times them in alternating
-rounds (round r starts at variant r, so no variant always runs first or last and slow drift of
-the machine spreads over all of them). Medians over the rounds are compared:
+One process builds, for each model size, every variant once and times each against a
+plain-PyTorch reference, call by call (a call of the variant, one of the reference, ...), so the
+slow and fast spells of a shared machine hit both sides of a ratio alike. That repeats in
+rounds (round r starts at variant r); medians over the rounds are reported:
 
 - ``posx/<encoding>``: posx's ``TransformerLM`` with each encoding in ``configs/encoding``;
 - ``reference``: a plain-PyTorch decoder written below with the same dimensions (pre-norm,
@@ -17,7 +18,7 @@ the same number of tokens per call. Results go to ``<out>/bench.csv`` (one row p
 with threads, torch version and device in every row) and ``<out>/ratios.csv``.
 
     python scripts/bench.py                                # tiny and small, all encodings
-    python scripts/bench.py --models tiny --encodings nope,rope,alibi --rounds 5
+    python scripts/bench.py --models tiny --encodings nope,rope,alibi --rounds 9
 """
 
 from __future__ import annotations
@@ -179,64 +180,105 @@ def forward(v: Variant, tokens: Tensor) -> None:
         v.model(tokens)
 
 
-def timed(fn: Callable[[], None], calls: int, device: torch.device) -> float:
-    """Seconds per call of ``fn`` over ``calls`` calls (waiting for the GPU to finish)."""
+def timed(fn: Callable[[], None], device: torch.device) -> float:
+    """Seconds that one call of ``fn`` takes (waiting for the GPU to finish)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    for _ in range(calls):
-        fn()
+    fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / calls
+    return time.perf_counter() - start
 
 
-def alternate(variants: list[Variant], n: int, run_one: Callable[[Variant], float]) -> dict:
-    """Runs every variant once per round, round r starting at variant r; returns
-    name -> the value of each round, in round order."""
-    values: dict[str, list[float]] = {v.name: [0.0] * n for v in variants}
-    for r in range(n):
+@dataclass
+class Sample:
+    """One variant in one round: its seconds per call, and the reference's next to it."""
+
+    seconds: float
+    reference_seconds: float
+    calls: int
+
+
+def paired_rounds(
+    reference: Variant,
+    variants: list[Variant],
+    rounds: int,
+    call: Callable[[Variant], None],
+    calls: dict[str, int],
+    device: torch.device,
+) -> dict[str, list[Sample]]:
+    """Times every variant against the reference, call by call, in ``rounds`` rounds.
+
+    A shared machine drifts between fast and slow spells lasting seconds (steps of one model
+    ranged 25-42 ms here, in runs of tens of steps), so a variant timed now and the reference
+    timed seconds later differ by more than posx's cost. Each sample therefore interleaves
+    ``calls[v]`` calls of the variant with as many of the reference, alternating which goes
+    first, and the ratio of the two is taken within the sample. Round r starts at variant r.
+
+    Returns:
+        Variant name -> one :class:`Sample` per round; the reference's own entry holds, per
+        round, the mean of its calls in that round.
+    """
+    out: dict[str, list[Sample]] = {v.name: [] for v in variants}
+    ref_seconds: list[list[float]] = [[] for _ in range(rounds)]
+    for r in range(rounds):
         k = r % len(variants)
         for v in variants[k:] + variants[:k]:
-            values[v.name][r] = run_one(v)
-    return values
+            mine, theirs = [], []
+            for i in range(calls[v.name]):
+                first_ref = (r + i) % 2 == 0
+                for which in (reference, v) if first_ref else (v, reference):
+                    (theirs if which is reference else mine).append(
+                        timed(lambda w=which: call(w), device)
+                    )
+            out[v.name].append(Sample(sum(mine) / len(mine), sum(theirs) / len(theirs), len(mine)))
+            ref_seconds[r] += theirs
+    out[reference.name] = [
+        Sample(statistics.fmean(t), statistics.fmean(t), len(t)) for t in ref_seconds
+    ]
+    return out
+
+
+def sample_calls(seconds_per_call: float, args: argparse.Namespace) -> int:
+    """Calls of a variant that make one sample of about ``--sample-seconds``."""
+    return max(1, math.ceil(args.sample_seconds / seconds_per_call))
 
 
 def bench_model(model_name: str, args: argparse.Namespace, rows: list[dict]) -> None:
     """Times every variant of one model size; appends one row per (variant, phase, length,
     round) to ``rows``."""
     dims, length, batch, dev = model_dims(model_name), args.length, args.batch, args.device
-    variants = [Variant("reference", "-", Reference(dims))]
-    variants += [posx_variant(model_name, e, length) for e in args.encodings]
+    reference = Variant("reference", "-", Reference(dims))
+    variants = [posx_variant(model_name, e, length) for e in args.encodings]
     if not args.no_xtransformers:
         xts = [xt_variant(e, dims, length) for e in args.encodings if e in XT_EQUIVALENT]
         if any(x is None for x in xts):
             print("x-transformers is not installed (pip install -e '.[bench]'); left out")
         variants += [x for x in xts if x is not None]
-    for v in variants:
+    for v in [reference, *variants]:
         v.model.to(dev)
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, VOCAB, (batch, length + 1), generator=gen).to(dev)
 
-    # Training: every variant gets its optimizer and a warm-up (allocator, first dispatch),
-    # whose time sets how many steps make one timed sample of about --sample-seconds.
+    # Training: every variant gets its optimizer and untimed warm-up steps (allocator, first
+    # dispatch); one more, timed, sets how many steps make a sample.
     calls: dict[str, int] = {}
-    for v in variants:
+    for v in [reference, *variants]:
         v.model.train()
         v.optimizer = torch.optim.AdamW(v.model.parameters(), lr=1e-4)
-        warm = timed(lambda v=v: train_step(v, tokens), args.warmup, dev)
-        calls[v.name] = max(1, math.ceil(args.sample_seconds / warm))
-    per_step = alternate(
-        variants,
-        args.rounds,
-        lambda v: timed(lambda: train_step(v, tokens), calls[v.name], dev),
+        for _ in range(args.warmup):
+            train_step(v, tokens)
+        calls[v.name] = sample_calls(timed(lambda v=v: train_step(v, tokens), dev), args)
+    samples = paired_rounds(
+        reference, variants, args.rounds, lambda v: train_step(v, tokens), calls, dev
     )
-    for v in variants:
+    for v in [reference, *variants]:
         rows += [
-            row(model_name, v, "train", length, batch, r, sec, calls[v.name], args)
-            for r, sec in enumerate(per_step[v.name])
+            row(model_name, v, "train", length, batch, r, s, args)
+            for r, s in enumerate(samples[v.name])
         ]
-        tps = batch * length / statistics.median(per_step[v.name])
+        tps = batch * length / statistics.median(s.seconds for s in samples[v.name])
         print(f"  train {v.name:28s} {tps:>10,.0f} tok/s")
         v.optimizer = None  # free the optimizer state before evaluating
 
@@ -248,23 +290,25 @@ def bench_model(model_name: str, args: argparse.Namespace, rows: list[dict]) -> 
         b = max(1, batch * length // n)
         inputs = torch.randint(0, VOCAB, (b, n), generator=gen).to(dev)
         ok = [v for v in evaluated if v.max_len is None or n <= v.max_len]
-        for v in ok:
+        for v in [reference, *ok]:
             v.model.eval()
-            warm = timed(lambda v=v, x=inputs: forward(v, x), 1, dev)  # first call, this shape
-            calls[v.name] = max(1, math.ceil(args.sample_seconds / warm))
-
-        def call(v: Variant, inputs: Tensor = inputs) -> float:
-            return timed(lambda: forward(v, inputs), calls[v.name], dev)
-
-        per_call = alternate(ok, args.rounds, call)
+            forward(v, inputs)  # the first call at this shape allocates
+            calls[v.name] = sample_calls(timed(lambda v=v, x=inputs: forward(v, x), dev), args)
+        samples = paired_rounds(
+            reference, ok, args.eval_rounds, lambda v, x=inputs: forward(v, x), calls, dev
+        )
+        rows += [
+            row(model_name, reference, "eval", n, b, r, s, args)
+            for r, s in enumerate(samples[reference.name])
+        ]
         for v in evaluated:
             if v in ok:
                 rows += [
-                    row(model_name, v, "eval", n, b, r, sec, calls[v.name], args)
-                    for r, sec in enumerate(per_call[v.name])
+                    row(model_name, v, "eval", n, b, r, s, args)
+                    for r, s in enumerate(samples[v.name])
                 ]
             else:
-                nan = row(model_name, v, "eval", n, b, 0, math.nan, 0, args)
+                nan = row(model_name, v, "eval", n, b, 0, Sample(math.nan, math.nan, 0), args)
                 rows.append({**nan, "note": f"unsupported past {v.max_len}"})
         print(f"  eval  length {n}: {len(ok)} variants")
 
@@ -276,8 +320,7 @@ def row(
     length: int,
     batch: int,
     rnd: int,
-    sec: float,
-    calls: int,
+    sample: Sample,
     args: argparse.Namespace,
 ) -> dict:
     """One measurement, with what is needed to compare it: machine, threads, torch, dtype."""
@@ -292,10 +335,11 @@ def row(
         "length": length,
         "batch": batch,
         "round": rnd,
-        "seconds_per_step": sec,
-        "tokens_per_s": batch * length / sec if sec == sec else math.nan,
+        "seconds_per_step": sample.seconds,
+        "tokens_per_s": batch * length / sample.seconds,
+        "reference_seconds_per_step": sample.reference_seconds,
         "note": "",
-        "calls_per_sample": calls,
+        "calls_per_sample": sample.calls,
         "device": torch.cuda.get_device_name(args.device) if cuda else "cpu",
         "dtype": "bf16-autocast" if cuda else "fp32",
         "threads": torch.get_num_threads(),
@@ -308,22 +352,28 @@ def row(
 
 
 def ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, phase, length, encoding): median tokens/s and the medians of the per-round
-    ratios to the reference and to x-transformers. A ratio is taken within one round, so the
-    machine's drift between rounds cancels."""
-    df = df.dropna(subset=["tokens_per_s"])
-    wide = df.pivot_table(
-        index=["model", "phase", "length", "round"], columns="variant", values="tokens_per_s"
+    """Per (model, phase, length, encoding): median tokens/s and the medians over rounds of
+    the ratios to the reference and to x-transformers.
+
+    Each sample pairs a variant's calls with the reference's (see :func:`paired_rounds`), so
+    ``posx / reference`` in a round is ``reference_seconds / seconds`` of one sample, and
+    ``posx / x-transformers`` is the ratio of the two variants' ratios to the reference.
+    """
+    df = df.dropna(subset=["tokens_per_s"]).assign(
+        vs_ref=lambda d: d.reference_seconds_per_step / d.seconds_per_step
     )
+    keys = ["model", "phase", "length", "round"]
+    tps = df.pivot_table(index=keys, columns="variant", values="tokens_per_s")
+    rel = df.pivot_table(index=keys, columns="variant", values="vs_ref")
     out = []
     for (model, phase, length), g in df.groupby(["model", "phase", "length"], sort=False):
-        w = wide.loc[(model, phase, length)]
+        w, v = tps.loc[(model, phase, length)], rel.loc[(model, phase, length)]
         kinds = g[g.library == "posx"].groupby("encoding", sort=False).bias_encoding.first()
         for enc, bias in kinds.items():
             posx, xt = w[f"posx/{enc}"], f"xtransformers/{enc}"
-            per_round = posx / w["reference"] if "reference" in w else posx * math.nan
+            per_round = v[f"posx/{enc}"]
             vs_ref, spread = per_round.median(), per_round.quantile(0.75) - per_round.quantile(0.25)
-            vs_xt = (posx / w[xt]).median() if xt in w else math.nan
+            vs_xt = (per_round / v[xt]).median() if xt in w else math.nan
             target = TARGET_CHEAP if enc in CHEAP else TARGET_BIAS if bias else math.nan
             checks = [vs_ref >= target] if target == target else []
             checks += [vs_xt >= TARGET_XT] if xt in w else []
@@ -335,7 +385,7 @@ def ratios(df: pd.DataFrame) -> pd.DataFrame:
                     "length": length,
                     "encoding": enc,
                     "posx_tok_s": posx.median(),
-                    "reference_tok_s": w["reference"].median() if "reference" in w else math.nan,
+                    "reference_tok_s": w["reference"].median(),
                     "xt_tok_s": w[xt].median() if xt in w else math.nan,
                     "posx_vs_reference": vs_ref,
                     "posx_vs_reference_iqr": spread,
@@ -354,6 +404,7 @@ def print_table(table: pd.DataFrame) -> None:
     from rich.table import Table
 
     console = Console()
+    console.width = max(console.width, 100)  # the target column fits on one line
     models = list(dict.fromkeys(table.model))  # in the order they were run
     order = table.assign(m=table.model.map(models.index), train_first=table.phase != "train")
     order = order.sort_values(["m", "train_first", "length"], kind="stable")
@@ -372,7 +423,7 @@ def print_table(table: pd.DataFrame) -> None:
         ref = g.reference_tok_s.iloc[0]
         t.caption = (
             f"reference (plain PyTorch, SDPA causal): {ref:,.0f} tok/s; ratios: median over "
-            "rounds of the ratio within a round, ± half its interquartile range"
+            "rounds of the ratio within a round (paired calls), ± half its interquartile range"
         )
         console.print(t)
 
@@ -389,7 +440,8 @@ def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Name
     p.add_argument("--encodings", default=",".join(all_encodings))
     p.add_argument("--length", type=int, default=64, help="training length (train.length)")
     p.add_argument("--batch", type=int, default=32, help="training batch (train.batch_size)")
-    p.add_argument("--rounds", type=int, default=9, help="alternating rounds (medians over them)")
+    p.add_argument("--rounds", type=int, default=5, help="training rounds (medians over them)")
+    p.add_argument("--eval-rounds", type=int, default=3, help="evaluation rounds")
     p.add_argument(
         "--sample-seconds", type=float, default=0.1, help="least time of one timed sample"
     )
@@ -419,11 +471,11 @@ def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Name
         args.device = torch.device(args.device)
     except RuntimeError:
         return f"unknown --device {args.device!r}; use cpu or cuda[:N]"
-    counts = [args.length, args.batch, args.rounds, args.warmup, *args.eval_factors]
-    if min(counts) < 1 or args.threads < 0 or not args.sample_seconds > 0:
+    counts = [args.length, args.batch, args.rounds, args.eval_rounds, *args.eval_factors]
+    if min(counts) < 1 or args.warmup < 0 or args.threads < 0 or not args.sample_seconds > 0:
         return (
-            "--length, --batch, --rounds, --warmup and --eval-factors must be >= 1, "
-            "--sample-seconds > 0"
+            "--length, --batch, --rounds, --eval-rounds and --eval-factors must be >= 1, "
+            "--warmup >= 0, --sample-seconds > 0"
         )
     return args
 

@@ -42,11 +42,12 @@ def test_reference_matches_posx_nope_with_the_same_weights(bench):
     torch.testing.assert_close(ref(tokens), posx(tokens), atol=1e-5, rtol=1e-5)
 
 
-def _rows(values: dict[str, list[float]], bias: dict[str, bool]) -> pd.DataFrame:
+def _rows(samples: dict[str, list[tuple[float, float]]], bias: dict[str, bool]) -> pd.DataFrame:
+    """bench.csv rows from variant -> per round (seconds, paired reference seconds)."""
     rows = []
-    for variant, per_round in values.items():
+    for variant, per_round in samples.items():
         library, _, enc = variant.partition("/")
-        for r, tps in enumerate(per_round):
+        for r, (sec, ref_sec) in enumerate(per_round):
             rows.append(
                 {
                     "model": "tiny",
@@ -57,31 +58,60 @@ def _rows(values: dict[str, list[float]], bias: dict[str, bool]) -> pd.DataFrame
                     "library": library,
                     "encoding": enc or "-",
                     "bias_encoding": bias.get(enc, False),
-                    "tokens_per_s": tps,
+                    "seconds_per_step": sec,
+                    "reference_seconds_per_step": ref_sec,
+                    "tokens_per_s": 1.0 / sec,
                 }
             )
     return pd.DataFrame(rows)
 
 
-def test_ratios_are_medians_of_per_round_ratios_with_the_issue_targets(bench):
-    # Round 2 runs on a machine twice as slow: per-round ratios cancel it, so rope is 0.9
-    # in every round while a ratio of medians would say 0.9 * 100 / 100 only by luck.
-    values = {
-        "reference": [100.0, 100.0, 50.0],
-        "posx/rope": [90.0, 90.0, 45.0],
-        "xtransformers/rope": [50.0, 80.0, 25.0],
-        "posx/t5": [79.0, 81.0, 40.0],
-        "posx/shaw": [10.0, 10.0, 5.0],
+def test_ratios_are_medians_of_paired_ratios_with_the_issue_targets(bench):
+    # The machine slows down during rope's second sample and x-transformers' third: the
+    # reference timed next to them slows alike, so the paired ratios stay put, while a ratio
+    # of tokens/s measured at different moments would not.
+    samples = {
+        "reference": [(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)],
+        "posx/rope": [(1.0 / 0.9, 1.0), (2.0 / 0.9, 2.0), (1.0 / 0.9, 1.0)],
+        "xtransformers/rope": [(2.0, 1.0), (1.6, 1.0), (4.0, 2.0)],
+        "posx/t5": [(1 / 0.79, 1.0), (1 / 0.81, 1.0), (1 / 0.8, 1.0)],
+        "posx/shaw": [(10.0, 1.0), (10.0, 1.0), (10.0, 1.0)],
     }
-    table = bench.ratios(_rows(values, {"t5": True})).set_index("encoding")
+    table = bench.ratios(_rows(samples, {"t5": True})).set_index("encoding")
     assert table.loc["rope", "posx_vs_reference"] == pytest.approx(0.9)
-    assert table.loc["rope", "posx_vs_xt"] == pytest.approx(1.8)  # median of 1.8, 1.125, 1.8
+    assert table.loc["rope", "posx_vs_reference_iqr"] == pytest.approx(0.0)
+    assert table.loc["rope", "posx_vs_xt"] == pytest.approx(1.8)  # median of 1.8, 1.44, 1.8
+    assert table.loc["rope", "posx_tok_s"] == pytest.approx(0.9)  # median of its own speed
     assert table.loc["rope", "meets_target"] is False  # 0.9 < 0.95
     assert table.loc["t5", "posx_vs_reference"] == pytest.approx(0.8)
     assert table.loc["t5", "target_vs_reference"] == 0.8
     assert table.loc["t5", "meets_target"] is True
     assert math.isnan(table.loc["shaw", "target_vs_reference"])  # no target for attend
     assert table.loc["shaw", "meets_target"] == ""
+
+
+def test_paired_rounds_interleave_variant_and_reference_calls(bench):
+    log: list[str] = []
+    ref = bench.Variant("reference", "-", torch.nn.Identity())
+    a, b = (bench.Variant(f"posx/{n}", n, torch.nn.Identity()) for n in ("a", "b"))
+    out = bench.paired_rounds(
+        ref,
+        [a, b],
+        2,
+        lambda v: log.append(v.name),
+        {"posx/a": 2, "posx/b": 1},
+        torch.device("cpu"),
+    )
+    # round 0 starts at a, round 1 at b; within a sample, who goes first alternates
+    assert log == [
+        "reference", "posx/a", "posx/a", "reference", "reference", "posx/b",
+        "posx/b", "reference", "posx/a", "reference", "reference", "posx/a",
+    ]  # fmt: skip
+    assert [s.calls for s in out["posx/a"]] == [2, 2] and [s.calls for s in out["reference"]] == [
+        3,
+        3,
+    ]
+    assert all(s.seconds > 0 and s.reference_seconds > 0 for s in out["posx/b"])
 
 
 def test_x_transformers_equivalents_build_and_run(bench):
@@ -102,7 +132,8 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_short_run_writes_both_tables(tmp_path):
     proc = run(
         "--models", "tiny", "--encodings", "nope,alibi,learned", "--rounds", "2",
-        "--length", "16", "--batch", "4", "--eval-factors", "1,2", "--sample-seconds", "0.001",
+        "--eval-rounds", "2", "--length", "16", "--batch", "4", "--eval-factors", "1,2",
+        "--sample-seconds", "0.001",
         "--no-xtransformers", "--threads", "1", "--out", str(tmp_path),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -127,6 +158,7 @@ def test_short_run_writes_both_tables(tmp_path):
         (["--models", "huge"], "unknown model huge; choose from small, tiny"),
         (["--eval-factors", "1,x"], "--eval-factors takes integers"),
         (["--rounds", "0"], "must be >= 1"),
+        (["--eval-rounds", "0"], "must be >= 1"),
         (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "-"),
     ],
 )
