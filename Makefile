@@ -35,7 +35,7 @@ test: $(STAMP) ## Run the test suite (slow tests excluded)
 test-slow: $(STAMP) ## Run only the slow tests
 	$(BIN)/python -m pytest -q -m slow
 
-bench: $(STAMP) ## Training/eval tokens/s of every encoding vs plain PyTorch and x-transformers (~7.5 min)
+bench: $(STAMP) ## Training/eval tokens/s of every encoding vs plain PyTorch and x-transformers (6-8 min)
 	@$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install --quiet -e ".[bench]" \
 		|| echo "x-transformers could not be installed: benchmarking without it"
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)

@@ -162,6 +162,20 @@ def model_dims(model_name: str) -> Dims:
 # ----------------------------------------------------------------------------- timing
 
 
+def cpu_name() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+CPU_NAME = cpu_name()
+
+
 def train_step(v: Variant, tokens: Tensor) -> None:
     with torch.autocast(tokens.device.type, torch.bfloat16, enabled=tokens.is_cuda):
         logits = v.model(tokens[:, :-1])
@@ -343,7 +357,7 @@ def row(
         "device": torch.cuda.get_device_name(args.device) if cuda else "cpu",
         "dtype": "bf16-autocast" if cuda else "fp32",
         "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": CPU_NAME,
         "torch": torch.__version__,
     }
 
