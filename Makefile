@@ -43,9 +43,10 @@ bench: $(STAMP) ## Training/eval tokens/s of every encoding vs plain PyTorch and
 bench-eval: $(STAMP) ## Evaluator time and peak memory per length (nope/rope/alibi/t5, 1k..32k)
 	$(BIN)/python scripts/bench_eval.py $(BENCH_ARGS)
 
-lint: $(STAMP) ## ruff check + format check
+lint: $(STAMP) ## ruff check + format check + import layers (import-linter contracts in pyproject.toml)
 	$(BIN)/ruff check posx tests scripts
 	$(BIN)/ruff format --check posx tests scripts
+	$(BIN)/lint-imports
 
 format: $(STAMP) ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix posx tests scripts

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
-from hydra._internal.utils import _locate
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -23,10 +23,33 @@ def _root_cause(err: BaseException) -> BaseException:
     return err
 
 
+def locate(path: str) -> Any:
+    """The object a dotted ``_target_`` path names: the longest importable module prefix, then
+    attributes. (``hydra.utils.get_object`` does the same but logs every failure at ERROR.)"""
+    parts = path.split(".")
+    if not path or not all(parts):
+        raise ImportError(f"not a dotted path: {path!r}")
+    missing: ModuleNotFoundError | None = None
+    for cut in range(len(parts), 0, -1):
+        name = ".".join(parts[:cut])
+        try:
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:  # the module exists but something it imports does not
+                raise
+            missing = err
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    assert missing is not None
+    raise missing
+
+
 def check_arguments(node: DictConfig, what: str) -> None:
     """Names a config key the target's constructor does not take (a typo, most often)."""
     try:
-        target = _locate(node._target_)  # hydra.utils.get_object, minus its error logging
+        target = locate(node._target_)
         params = inspect.signature(target).parameters
     except Exception as err:  # unknown class, or nothing to inspect
         cause = str(_root_cause(err)).strip().splitlines()[0]

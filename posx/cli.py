@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from posx.errors import ConfigError, Interrupted, PosxError
+from posx.errors import ConfigError, PosxError
 
 app = typer.Typer(
     add_completion=False,
@@ -22,12 +23,21 @@ err_console = Console(stderr=True)
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+def debug_requested(argv: list[str] | None = None) -> bool:
+    """``posx --debug COMMAND ...`` (the option before the command) or ``POSX_DEBUG=1``."""
+    if os.environ.get("POSX_DEBUG", "") not in ("", "0"):
+        return True
+    for arg in (sys.argv if argv is None else argv)[1:]:
+        if not arg.startswith("-"):
+            return False
+        if arg == "--debug":
+            return True
+    return False
+
+
 @app.callback()
 def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
-    if debug:
-        import os
-
-        os.environ["POSX_DEBUG"] = "1"
+    """(``--debug`` is read by :func:`debug_requested`, which also sees ``POSX_DEBUG``.)"""
 
 
 @app.command(context_settings=PASS_THROUGH)
@@ -37,17 +47,17 @@ def train(ctx: typer.Context) -> None:
     Examples: `posx train encoding=alibi task=copy train.steps=500`,
     `posx train -m encoding=nope,rope,alibi seed=0,1,2`. See `posx list` for the options.
     """
-    from posx.launch import run_train
+    from posx.runs import run_train
 
-    run_train(list(ctx.args))
+    run_train(list(ctx.args), debug=debug_requested())
 
 
 @app.command()
 def resume(run: Path = typer.Argument(..., help="A run directory with a checkpoint.")) -> None:
     """Continue an interrupted run from its last checkpoint (same config, same directory)."""
-    from posx.launch import run_resume
+    from posx.runs import run_resume
 
-    run_resume(run)
+    run_resume(run, debug=debug_requested())
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -97,17 +107,10 @@ def eval_(
     (e.g. `encoding.base=40000`) and are recorded in every row, as are --mode, --window and
     --stride (in their own columns).
     """
-    from posx.checkpoint import checkpoint_dir, verify_checkpoint
-    from posx.evaluate import evaluate_run
-    from posx.results import find_runs, run_config
+    from posx.runs import evaluate_runs, select_runs
+    from posx.runs.evaluation import protocol_overrides
 
-    if mode is not None and mode not in ("full", "sliding"):
-        raise ConfigError(f"--mode must be full or sliding, got {mode!r}")
-    if mode == "full" and (window is not None or stride is not None):
-        raise ConfigError("--window and --stride apply to --mode sliding only")
-    protocol = {"eval.mode": mode, "eval.window": window, "eval.stride": stride}
-    protocol["eval.buckets"] = buckets
-    overrides = [f"{k}={v}" for k, v in protocol.items() if v is not None]
+    overrides = protocol_overrides(mode, window, stride, buckets)
     overrides += [a for a in ctx.args if "=" in a]
     stray = [a for a in ctx.args if "=" not in a]
     # typer puts key=value words into `runs` when they come after the run dirs
@@ -118,37 +121,13 @@ def eval_(
             f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
         )
     asked = parse_lengths(lengths) if lengths is not None else None
-    damaged: list[str] = []  # runs whose checkpoint cannot be read: reported, exit 1 at the end
-    if named:
-        for run in named:
-            run_config(run)
-            verify_checkpoint(run)
-        targets = named
-    else:
-        targets = []
-        for run in find_runs(root):
-            try:
-                checkpoint_dir(run)
-            except PosxError:
-                err_console.print(f"[yellow]skipping {run}: no checkpoint[/]")
-                continue
-            try:
-                verify_checkpoint(run)
-                targets.append(run)
-            except PosxError as err:
-                err_console.print(f"posx: skipping: {err}", markup=False, style="red")
-                damaged.append(run.name)
-        if not targets and not damaged:
-            raise ConfigError(f"no trained runs under {root}; run `posx train` first")
-    for run in targets:
-        run_lengths = asked or list(run_config(run).eval.lengths)
-        try:
-            rows = evaluate_run(run, run_lengths, overrides, device=device, progress=progress)
-        except KeyboardInterrupt as err:  # typer alone would exit 130 without a word
-            raise Interrupted(
-                f"interrupted while evaluating {run.name}, no rows written for it; "
-                f"{targets.index(run)} of {len(targets)} run(s) were evaluated"
-            ) from err
+    chosen = select_runs(named, root)
+    for run, why in chosen.skipped:
+        err_console.print(f"[yellow]skipping {run}: {why}[/]")
+    for _, why in chosen.damaged:
+        err_console.print(f"posx: skipping: {why}", markup=False, style="red")
+
+    def show(run: Path, rows: list[dict]) -> None:
         cells = "  ".join(
             f"L={r['eval_length']}: {r['loss']:.3f}"
             if r["status"] == "ok"
@@ -156,12 +135,15 @@ def eval_(
             for r in rows
         )
         console.print(f"[bold]{run.name}[/] loss  {cells}")
+
+    evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show)
     console.print(
-        f"wrote eval.csv and eval_positions.csv in {len(targets)} run(s); "
+        f"wrote eval.csv and eval_positions.csv in {len(chosen.runs)} run(s); "
         "compare with `posx report`"
     )
-    if damaged:
-        raise PosxError(f"{len(damaged)} run(s) skipped, checkpoint damaged: {', '.join(damaged)}")
+    if chosen.damaged:
+        names = ", ".join(run.name for run, _ in chosen.damaged)
+        raise PosxError(f"{len(chosen.damaged)} run(s) skipped, checkpoint damaged: {names}")
 
 
 @app.command()
@@ -271,9 +253,9 @@ def show_config(ctx: typer.Context) -> None:
     """Print the composed config for the given overrides (what `posx train` would run)."""
     from omegaconf import OmegaConf
 
-    from posx.launch import compose_config
+    from posx.config import compose
 
-    cfg = compose_config(list(ctx.args))
+    cfg = compose(list(ctx.args))
     sys.stdout.write(OmegaConf.to_yaml(cfg))
 
 
@@ -312,12 +294,10 @@ def sweep_status(
 
 def main() -> None:
     """Console entry point: PosxErrors become one line on stderr and an exit code."""
-    from posx.launch import debug_enabled
-
     try:
         app()
     except PosxError as err:
-        if debug_enabled():
+        if debug_requested():
             traceback.print_exc()
         err_console.print(f"posx: error: {err}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(err.exit_code)

@@ -7,17 +7,24 @@ and ``task`` stay open (``_target_`` plus the constructor's own arguments), so a
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from posx.errors import ConfigError
+from posx.evaluation.buckets import parse_buckets
 
 CONFIG_DIR = Path(
     os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs")
@@ -85,20 +92,10 @@ class PosxConfig:
     positions: Any = None  # training-time position strategy (configs/positions/)
     seed: int = 0
     root: str = "results"
-
-
-def _uid() -> str:
-    """A short random id, fixed per ``posx train`` invocation (see :func:`new_run_id`)."""
-    if "POSX_UID" not in os.environ:
-        new_run_id()
-    return os.environ["POSX_UID"]
-
-
-def _stamp() -> str:
-    """The invocation's start time, ``YYYYmmdd-HHMMSS``."""
-    if "POSX_STAMP" not in os.environ:
-        new_run_id()
-    return os.environ["POSX_STAMP"]
+    # ``<start time>_<random id>`` of the ``posx train`` invocation, which names its run or sweep
+    # directory. It travels in the config (as an override) so that launcher workers (joblib,
+    # submitit), which resolve ``hydra.sweep.dir`` again on their side, agree on it.
+    invocation: str = ""
 
 
 def run_label(encoding: str, positions: str | None = None) -> str:
@@ -107,23 +104,71 @@ def run_label(encoding: str, positions: str | None = None) -> str:
     return encoding if positions in (None, "", "default", "None") else f"{encoding}+{positions}"
 
 
-def new_run_id() -> None:
-    """Fixes the id and time stamp that name this invocation's run or sweep directory.
-
-    They live in the environment so that launcher worker processes (joblib, submitit), which
-    resolve ``hydra.sweep.dir`` again on their side, inherit the same values, while every
-    ``posx train`` invocation (also two started in the same second) gets its own.
-    """
-    os.environ["POSX_UID"] = secrets.token_hex(3)
-    os.environ["POSX_STAMP"] = time.strftime("%Y%m%d-%H%M%S")
+def new_invocation() -> str:
+    """``YYYYmmdd-HHMMSS_<6 hex digits>``: unique per ``posx train`` invocation, also for two
+    started in the same second."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}_{secrets.token_hex(3)}"
 
 
 def register() -> None:
-    """Registers the schema and the ``posx_uid`` resolver (idempotent)."""
+    """Registers the schema and the ``posx_label`` resolver (idempotent). Called by whatever
+    composes a config, never at import time."""
     ConfigStore.instance().store(name="posx_schema", node=PosxConfig)
-    for name, fn in (("posx_uid", _uid), ("posx_stamp", _stamp), ("posx_label", run_label)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
+    if not OmegaConf.has_resolver("posx_label"):
+        OmegaConf.register_new_resolver("posx_label", run_label)
+
+
+def one_line(err: BaseException) -> str:
+    """The first line of an error and of its root cause, joined (Hydra wraps the cause)."""
+    parts: list[str] = []
+    while err is not None:
+        text = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else ""
+        if text and not any(text in p for p in parts):  # a cause the message already quotes
+            parts.append(text)
+        err = err.__cause__  # type: ignore[assignment]
+    return ": ".join(parts[:1] + parts[-1:]) if len(parts) > 1 else (parts[0] if parts else "error")
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The config ``posx train OVERRIDES`` would run with; bad overrides raise ConfigError."""
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            return hydra_compose(config_name="config", overrides=overrides)
+        except (HydraException, OmegaConfBaseException, ValueError) as err:
+            raise ConfigError(one_line(err) + _known_keys(err, overrides)) from err
+
+
+def _known_keys(err: BaseException, overrides: list[str]) -> str:
+    """For an override of a key that does not exist: the closest key and the keys there are
+    (from the config composed without that override); empty for other errors."""
+    found = re.search(r"Could not override '([^']+)'", str(err))
+    if not found:
+        return ""
+    key = found[1]
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        return key_hint(hydra_compose(config_name="config", overrides=rest), key)
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return ""
+
+
+def key_hint(cfg: DictConfig, key: str) -> str:
+    """``; did you mean 'model.d_model'? model keys: ...`` for a ``key`` missing from ``cfg``."""
+    parent, _, leaf = key.lstrip("+~").rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if not isinstance(node, DictConfig):
+        return ""
+    keys = [str(k) for k in node if not str(k).startswith("_")]
+    close = difflib.get_close_matches(leaf, keys, n=1)
+    hint = f"; did you mean '{parent + '.' if parent else ''}{close[0]}'?" if close else ";"
+    return f"{hint} {parent or 'top-level'} keys: {', '.join(keys) or '(none)'}"
+
+
+def check_group_value(group: str, value: str) -> None:
+    """``encoding=rpoe`` fails here, naming the options, before Hydra's longer message."""
+    if group in GROUPS and value not in ("null", "None") and value not in choices(group):
+        raise ConfigError(f"unknown {group} '{value}'; choose from: {', '.join(choices(group))}")
 
 
 def positive_lengths(values: list[Any], what: str) -> list[int]:
@@ -178,8 +223,6 @@ def validate(cfg: DictConfig) -> None:
 
 def validate_protocol(e: DictConfig, train_length: int) -> None:
     """Checks ``eval.mode``, ``eval.window``, ``eval.stride`` and ``eval.buckets``."""
-    from posx.evaluation.buckets import parse_buckets
-
     if e.mode not in ("full", "sliding"):
         raise ConfigError(f"eval.mode must be full or sliding, got {e.mode!r}")
     for name in ("window", "stride"):

@@ -53,13 +53,24 @@ def init_process_group() -> World:
     return w
 
 
-def share_run_id() -> None:
-    """Gives every rank rank 0's run id and time stamp, so all resolve one run directory."""
-    if not world().distributed:
-        return
-    values = [os.environ.get("POSX_UID"), os.environ.get("POSX_STAMP")]
+def pick_device(name: str, w: World | None = None) -> torch.device:
+    """``auto`` (this rank's GPU if there is one, else the CPU), ``cpu``, ``cuda[:N]``, ``mps``."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", w.local_rank if w else 0)
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise PosxError(f"train.device={name} but CUDA is not available; use train.device=cpu")
+    return torch.device(name)
+
+
+def broadcast_from_main(value: str, w: World) -> str:
+    """Rank 0's ``value`` on every rank (e.g. the invocation id that names the run directory)."""
+    if not w.distributed:
+        return value
+    values = [value]
     dist.broadcast_object_list(values, src=0)
-    os.environ["POSX_UID"], os.environ["POSX_STAMP"] = values[0], values[1]
+    return str(values[0])
 
 
 def shard(batch: Batch, w: World) -> Batch:

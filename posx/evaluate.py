@@ -23,7 +23,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from posx.build import build_model, build_positions, build_task
 from posx.checkpoint import load_checkpoint
-from posx.config import EvalConfig, validate
+from posx.config import EvalConfig, key_hint, validate
+from posx.distributed import pick_device
 from posx.errors import ConfigError, PosxError
 from posx.evaluation.buckets import bucket_rows
 from posx.evaluation.data import CACHE_DIR, eval_set, results_root
@@ -33,7 +34,6 @@ from posx.model.transformer import TransformerLM
 from posx.results import SCHEMA_VERSION, merge_rows, run_config, run_info
 from posx.tasks.base import Batch, Task
 from posx.tasks.text import sequences_for
-from posx.train import pick_device
 
 ROW_KEYS = ["eval_length", "mode", "window", "stride", "overrides"]
 # Eval settings recorded in their own columns (or not affecting results), so not in `overrides`.
@@ -155,8 +155,6 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         try:
             OmegaConf.update(cfg, o.key_or_group, o.value(), force_add=o.is_add())
         except OmegaConfBaseException as err:
-            from posx.launch import key_hint
-
             raise ConfigError(
                 f"bad eval override {o.input_line!r}: {str(err).splitlines()[0]}"
                 + key_hint(cfg, o.key_or_group)

@@ -7,12 +7,12 @@ Hydra recorded), expanded the way Hydra's basic sweeper does; each job directory
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
@@ -48,9 +48,20 @@ def expected_jobs(sweep_dir: Path) -> list[list[str]]:
     params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
     given = {o.split("=", 1)[0] for o in overrides}
     overrides += [f"{k}={v}" for k, v in params.items() if k not in given]
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    batches = BasicSweeper.split_arguments(parsed, None)
-    return [list(job) for batch in batches for job in batch]
+    return expand_sweep(overrides)
+
+
+def expand_sweep(overrides: list[str]) -> list[list[str]]:
+    """Every job of a sweep, in the order Hydra's basic sweeper numbers them: the cartesian
+    product of each override's values, the first override varying slowest."""
+    options = []
+    for o in OverridesParser.create().parse_overrides(overrides):
+        key = o.get_key_element()
+        values = (
+            o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+        )
+        options.append([f"{key}={v}" for v in values])
+    return [list(job) for job in itertools.product(*options)]
 
 
 def _job_result(run_dir: Path) -> tuple[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +21,28 @@ from posx.build import build_model, build_positions, build_task
 from posx.checkpoint import checkpoint_dir, load_checkpoint, load_trainer_tensors, save_checkpoint
 from posx.config import run_label
 from posx.distributed import (
-    World,
     barrier,
     check_in_sync,
     init_process_group,
     mean_over_ranks,
+    pick_device,
     shard,
 )
 from posx.errors import Interrupted, PosxError
+from posx.model.transformer import TransformerLM
 from posx.positions import step_positions
 from posx.results import SCHEMA_VERSION, write_csv, write_json
-from posx.tasks.base import Batch
+from posx.tasks.base import Batch, Task
 
 
-def pick_device(name: str, w: World | None = None) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", w.local_rank if w else 0)
-        return torch.device("cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise PosxError(f"train.device={name} but CUDA is not available; use train.device=cpu")
-    return torch.device(name)
+@dataclass
+class Trained:
+    """What :func:`train` leaves: the summary written to ``run.json`` and, so that the caller
+    can evaluate without reloading the checkpoint, the trained model and its task."""
+
+    summary: dict[str, Any]
+    model: TransformerLM
+    task: Task
 
 
 def lr_at(step: int, cfg: DictConfig) -> float:
@@ -150,7 +152,7 @@ def restore(
     return int(state["step"]), int(state["tokens"]), rows
 
 
-def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, Any]:
+def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
     """Trains one model as configured and writes everything into ``run_dir``.
 
     Under torchrun every rank runs this; rank 0 alone writes files. With ``train.resume`` and a
@@ -162,7 +164,7 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, An
         names: Labels of the chosen ``encoding``, ``task`` and ``model`` options.
 
     Returns:
-        Summary: final loss, tokens/s, parameter count, seconds.
+        The summary (final loss, tokens/s, parameter count, seconds), the model and the task.
     """
     t = cfg.train
     w = init_process_group()
@@ -292,9 +294,4 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, An
     }
     if w.is_main:
         write_json(run_dir / "run.json", {**meta, "status": "trained", **summary})
-        if t.eval_at_end:
-            from posx.evaluate import evaluate_run
-
-            evaluate_run(run_dir, list(cfg.eval.lengths), model=model, task=task, cfg=cfg)
-    barrier(w)
-    return summary
+    return Trained(summary, model, task)

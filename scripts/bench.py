@@ -119,9 +119,9 @@ class Variant:
 
 def posx_variant(model_name: str, encoding: str, length: int) -> Variant:
     from posx.build import build_model
-    from posx.launch import compose_config
+    from posx.config import compose
 
-    cfg = compose_config([f"model={model_name}", f"encoding={encoding}", f"train.length={length}"])
+    cfg = compose([f"model={model_name}", f"encoding={encoding}", f"train.length={length}"])
     model = build_model(cfg, VOCAB)
     enc = model.encoding
     bias = enc.has_bias and not enc.has_attend
@@ -153,9 +153,9 @@ def xt_variant(encoding: str, d: Dims, length: int) -> Variant | None:
 
 
 def model_dims(model_name: str) -> Dims:
-    from posx.launch import compose_config
+    from posx.config import compose
 
-    m = compose_config([f"model={model_name}"]).model
+    m = compose([f"model={model_name}"]).model
     return Dims(m.d_model, m.n_layers, m.n_heads, m.d_ff)
 
 
@@ -495,7 +495,7 @@ def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Name
 
 
 def main() -> int:
-    from posx.launch import CONFIG_DIR
+    from posx.config import CONFIG_DIR
     from posx.results import write_csv
 
     def names(group: str) -> list[str]:

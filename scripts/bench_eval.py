@@ -34,14 +34,14 @@ def child(encoding: str, length: int, device: str, threads: int) -> dict:
     import torch
 
     from posx.build import build_model, build_task
+    from posx.config import compose
+    from posx.distributed import pick_device
     from posx.evaluate import evaluate_length
     from posx.evaluation.protocol import resolve_protocol
-    from posx.launch import compose_config
-    from posx.train import pick_device
 
     if threads:
         torch.set_num_threads(threads)
-    cfg = compose_config(
+    cfg = compose(
         [f"encoding={encoding}", "model=tiny", "task=text", f"train.length={min(length, 1024)}"]
     )
     cfg.eval.batch_tokens = cfg.eval.tokens = length  # exactly one sequence of `length` tokens

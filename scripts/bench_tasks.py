@@ -18,9 +18,9 @@ from collections.abc import Callable
 import torch
 
 from posx.build import build_model, build_task
-from posx.config import choices
-from posx.launch import compose_config
-from posx.train import masked_loss, pick_device
+from posx.config import choices, compose
+from posx.distributed import pick_device
+from posx.train import masked_loss
 
 TEXT_TASKS = {"text", "shakespeare"}
 
@@ -56,7 +56,7 @@ def main() -> None:
     if args.tasks != "all":
         names = args.tasks.split(",")
 
-    cfg = compose_config([f"model={args.model}", f"encoding={args.encoding}", "task=copy"])
+    cfg = compose([f"model={args.model}", f"encoding={args.encoding}", "task=copy"])
     model = build_model(cfg, vocab_size=64).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batch = build_task(cfg).train_batch(args.batch, args.length, torch.Generator().manual_seed(0))
@@ -78,7 +78,7 @@ def main() -> None:
     print(f"{'task':<16}{'generate ms':>12}{'vs step':>10}")
     worst = 0.0
     for name in names:
-        task = build_task(compose_config([f"task={name}"]))
+        task = build_task(compose([f"task={name}"]))
         gen = torch.Generator().manual_seed(0)
         s = median_seconds(
             lambda t=task, g=gen: t.train_batch(args.batch, args.length, g), args.reps, lambda: None

@@ -37,9 +37,9 @@ def tiny_overrides(tmp_path: Path) -> list[str]:
 @pytest.fixture
 def tiny_cfg(tmp_path: Path):
     """The composed config of the tiny run (no Hydra app, no files written)."""
-    from posx.launch import compose_config
+    from posx.config import compose
 
-    return compose_config([*TINY, f"root={tmp_path}"])
+    return compose([*TINY, f"root={tmp_path}"])
 
 
 def run_posx(

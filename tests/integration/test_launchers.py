@@ -41,6 +41,10 @@ def test_joblib_sweep_shares_one_directory_and_survives_a_failed_job(
         assert status == ["failed", "failed", "trained", "trained"], proc.stderr
         assert "CUDA is not available" in proc.stderr
     assert len(list((tmp_path / "sweeps").rglob("eval.csv"))) == status.count("trained")
+    # failures in joblib workers still reach the exit code
+    assert proc.returncode == (0 if torch.cuda.is_available() else 1), proc.stderr
+    if not torch.cuda.is_available():
+        assert "2 run(s) of the sweep failed" in proc.stderr
 
 
 @pytest.mark.slow

@@ -44,3 +44,20 @@ def test_sweep_status_of_a_real_sweep(posx, cli, tiny_overrides, tmp_path):
 def test_sweep_status_of_a_non_sweep_dir(cli, tmp_path):
     out = cli("sweep", "status", str(tmp_path))
     assert out.returncode == 2 and "not a sweep directory" in out.stderr
+
+
+def test_sweep_jobs_are_expanded_in_hydras_order():
+    """The expansion matches Hydra's basic sweeper (its private API is the oracle here)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from posx.sweeps import expand_sweep
+
+    for overrides in (
+        ["encoding=nope,rope", "seed=0,1,2", "train.steps=5"],
+        ["a=1,2", "b=x", "c=range(3)", "+d=choice(p,q)"],
+        ["task=copy"],
+    ):
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        batches = BasicSweeper.split_arguments(parsed, None)
+        assert expand_sweep(overrides) == [list(job) for batch in batches for job in batch]

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from posx.config import choices, positive_lengths, validate
+from posx.config import choices, compose, positive_lengths, validate
 from posx.errors import ConfigError
-from posx.launch import check_overrides, compose_config
+from posx.runs import check_overrides
+from posx.runs.launch import sweep_dir_of
 
 
 def composed(*overrides: str):
-    cfg = compose_config(list(overrides))
+    cfg = compose(list(overrides))
     validate(cfg)
     return cfg
 
@@ -67,12 +71,12 @@ def test_positive_lengths_rejects_bools_and_floats():
 
 def test_misspelled_key_is_a_config_error():
     with pytest.raises(ConfigError, match="d_modle"):
-        compose_config(["model.d_modle=3"])
+        compose(["model.d_modle=3"])
 
 
 def test_wrong_type_is_a_config_error():
     with pytest.raises(ConfigError, match="d_model"):
-        compose_config(["model.d_model=wide"])
+        compose(["model.d_model=wide"])
 
 
 def test_unknown_encoding_lists_choices():
@@ -104,3 +108,29 @@ def test_encoding_that_cannot_fit_the_model_is_a_config_error():
     # head_dim = 12 / 4 = 3: RoPE cannot rotate an odd number of dimensions.
     with pytest.raises(ConfigError, match="rotary"):
         check_overrides(["encoding=rope", "model.d_model=12", "model.n_heads=4"])
+
+
+def test_importing_posx_has_no_side_effects():
+    """No module registers Hydra configs or resolvers, or sets environment variables, on
+    import: composing does that when it is asked to."""
+    code = (
+        "import os, pkgutil, importlib, posx\n"
+        "before = dict(os.environ)\n"
+        "for m in pkgutil.walk_packages(posx.__path__, 'posx.'):\n"
+        "    if m.name != 'posx.__main__': importlib.import_module(m.name)\n"
+        "from omegaconf import OmegaConf\n"
+        "from hydra.core.config_store import ConfigStore\n"
+        "assert not OmegaConf.has_resolver('posx_label')\n"
+        "assert 'posx_schema.yaml' not in ConfigStore.instance().repo\n"
+        "assert dict(os.environ) == before\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_invocation_names_the_run_directory_through_the_config(tmp_path):
+    """Launcher workers agree on the run/sweep directory because it is an override."""
+    cfg = compose(["invocation=20260101-000000_abcdef", f"root={tmp_path}"])
+    assert cfg.invocation == "20260101-000000_abcdef"
+    hydra_cfg = sweep_dir_of(["invocation=20260101-000000_abcdef", f"root={tmp_path}", "seed=0,1"])
+    assert hydra_cfg == tmp_path / "sweeps" / "20260101-000000_abcdef"

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from posx.build import build_model, build_task
+from posx.config import compose
 from posx.evaluate import evaluate_run, recorded_overrides, with_eval_defaults
-from posx.launch import compose_config
 from posx.tasks.base import Batch
 
 TINY = ["task=copy", "model.d_model=32", "model.n_heads=4", "model.n_layers=1", "train.length=16"]
@@ -19,7 +19,7 @@ TINY = ["task=copy", "model.d_model=32", "model.n_heads=4", "model.n_layers=1", 
 
 def make_run(tmp_path: Path, *extra: str):
     """A run directory with run.json, and an untrained model, task and config for it."""
-    cfg = compose_config([*TINY, "eval.tokens=320", f"root={tmp_path}", *extra])
+    cfg = compose([*TINY, "eval.tokens=320", f"root={tmp_path}", *extra])
     torch.manual_seed(0)
     task = build_task(cfg)
     model = build_model(cfg, task.vocab_size)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from posx.build import build_model, build_positions, build_task
+from posx.config import compose
 from posx.distributed import World
 from posx.errors import ConfigError
-from posx.launch import compose_config
 from posx.positions import (
     PoSEPositions,
     PositionStrategy,
@@ -84,23 +84,23 @@ def test_eval_positions():
 
 
 def test_config_group_builds_each_strategy():
-    assert type(build_positions(compose_config(TINY))) is PositionStrategy
-    made = build_positions(compose_config([*TINY, "positions=randomized", "positions.max_pos=99"]))
+    assert type(build_positions(compose(TINY))) is PositionStrategy
+    made = build_positions(compose([*TINY, "positions=randomized", "positions.max_pos=99"]))
     assert isinstance(made, RandomizedPositions) and made.max_pos == 99
-    made = build_positions(compose_config([*TINY, "positions=pose", "positions.chunks=3"]))
+    made = build_positions(compose([*TINY, "positions=pose", "positions.chunks=3"]))
     assert isinstance(made, PoSEPositions) and made.chunks == 3
     with pytest.raises(ConfigError, match="max_pos"):
-        build_positions(compose_config([*TINY, "positions=randomized", "positions.max_pos=0"]))
+        build_positions(compose([*TINY, "positions=randomized", "positions.max_pos=0"]))
     with pytest.raises(ConfigError, match="has no parameter 'max_len'"):
-        build_positions(compose_config([*TINY, "positions=randomized", "+positions.max_len=3"]))
+        build_positions(compose([*TINY, "positions=randomized", "+positions.max_len=3"]))
 
 
 def test_learned_table_must_cover_the_trained_positions():
-    cfg = compose_config([*TINY, "encoding=learned", "positions=randomized"])
+    cfg = compose([*TINY, "encoding=learned", "positions=randomized"])
     model = build_model(cfg, build_task(cfg).vocab_size)
     with pytest.raises(ConfigError, match=r"encoding.max_len=1024"):
         build_positions(cfg).check(model.encoding, 16)
-    cfg = compose_config([*TINY, "encoding=learned", "positions=pose", "encoding.max_len=512"])
+    cfg = compose([*TINY, "encoding=learned", "positions=pose", "encoding.max_len=512"])
     build_positions(cfg).check(build_model(cfg, 10).encoding, 16)  # 512 >= target_length
     with pytest.raises(ConfigError, match="train.length"):
         PoSEPositions(target_length=8).check(build_model(cfg, 10).encoding, 16)
@@ -108,13 +108,13 @@ def test_learned_table_must_cover_the_trained_positions():
 
 def test_run_label_names_the_strategy(tmp_path: Path):
     names = {"encoding": "rope", "task": "text", "model": "tiny"}
-    cfg = compose_config([*TINY, "positions=randomized"])
+    cfg = compose([*TINY, "positions=randomized"])
     meta = run_meta(cfg, tmp_path, {**names, "positions": "randomized"}, {})
     assert meta["encoding"] == "rope+randomized" and meta["positions"] == "randomized"
     assert meta["positions_config"]["max_pos"] == 1024
-    plain = run_meta(compose_config(TINY), tmp_path, {**names, "positions": "default"}, {})
+    plain = run_meta(compose(TINY), tmp_path, {**names, "positions": "default"}, {})
     assert plain["encoding"] == "rope" and plain["positions"] == "default"
-    assert run_meta(compose_config(TINY), tmp_path, names, {})["encoding"] == "rope"
+    assert run_meta(compose(TINY), tmp_path, names, {})["encoding"] == "rope"
 
 
 def test_training_with_randomized_positions_feeds_them_to_the_model(tmp_path: Path, monkeypatch):
@@ -141,7 +141,7 @@ def test_training_with_randomized_positions_feeds_them_to_the_model(tmp_path: Pa
         "train.eval_at_end=false",
     ]
     train(
-        compose_config(overrides),
+        compose(overrides),
         tmp_path,
         {"encoding": "rope", "task": "copy", "model": "tiny", "positions": "randomized"},
     )

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from posx.build import build_encoding
+from posx.config import compose
 from posx.encodings.rope import RoPE
 from posx.encodings.rope_scaling import (
     RopeScaling,
@@ -21,7 +22,6 @@ from posx.encodings.rope_scaling import (
 )
 from posx.errors import ConfigError
 from posx.evaluate import apply_overrides
-from posx.launch import compose_config
 
 
 def _freqs(base: float, d: int) -> list[float]:
@@ -263,7 +263,7 @@ TINY = ["model.d_model=32", "model.n_heads=4", "train.length=16"]
 
 def test_eval_override_selects_yarn_with_training_length_as_original():
     cfg = apply_overrides(
-        compose_config(["encoding=rope", *TINY]),
+        compose(["encoding=rope", *TINY]),
         ["encoding.scaling.type=yarn", "encoding.scaling.factor=4"],
     )
     enc = build_encoding(cfg)
@@ -274,7 +274,7 @@ def test_eval_override_selects_yarn_with_training_length_as_original():
 
 
 def test_default_rope_is_unscaled():
-    enc = build_encoding(compose_config(["encoding=rope", *TINY]))
+    enc = build_encoding(compose(["encoding=rope", *TINY]))
     assert enc.scaling.type == "none" and enc.attn_scale == 1.0
     torch.testing.assert_close(enc._freq, enc.inv_freq)
 
@@ -288,7 +288,7 @@ def test_default_rope_is_unscaled():
 )
 def test_bad_scaling_is_a_config_error(override, match):
     cfg = apply_overrides(
-        compose_config(["encoding=rope", *TINY]), ["encoding.scaling.type=linear", override]
+        compose(["encoding=rope", *TINY]), ["encoding.scaling.type=linear", override]
     )
     with pytest.raises(ConfigError, match=match):
         build_encoding(cfg)
@@ -296,7 +296,7 @@ def test_bad_scaling_is_a_config_error(override, match):
 
 def test_misspelled_scaling_key_is_a_config_error():
     with pytest.raises(ConfigError):
-        apply_overrides(compose_config(["encoding=rope", *TINY]), ["encoding.scaling.fctor=4"])
+        apply_overrides(compose(["encoding=rope", *TINY]), ["encoding.scaling.fctor=4"])
 
 
 def test_unknown_scaling_field_is_rejected_directly():

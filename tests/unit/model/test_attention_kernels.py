@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from posx.build import build_encoding
-from posx.config import CONFIG_DIR
+from posx.config import CONFIG_DIR, compose
 from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE, PositionalEncoding
-from posx.launch import compose_config
 from posx.model import attention
 from posx.model.attention import (
     FLEX_AVAILABLE,
@@ -35,7 +34,7 @@ DIMS = ["model.d_model=64", "model.n_heads=4", "model.n_layers=2", "train.length
 
 def encoding_of(name: str) -> PositionalEncoding:
     torch.manual_seed(0)
-    enc = build_encoding(compose_config([f"encoding={name}", *DIMS]))
+    enc = build_encoding(compose([f"encoding={name}", *DIMS]))
     with torch.no_grad():  # learned tables start near zero; make the bias matter
         for p in enc.parameters():
             p.normal_(std=1.0)
@@ -87,7 +86,7 @@ def test_model_output_does_not_depend_on_the_block_size(name):
     outs = []
     for block in (3, 4096):
         torch.manual_seed(0)
-        cfg = compose_config([f"encoding={name}", *DIMS, f"model.attn_block_size={block}"])
+        cfg = compose([f"encoding={name}", *DIMS, f"model.attn_block_size={block}"])
         model = build_model(cfg, vocab_size=40).eval()
         with torch.no_grad():
             outs.append(model(torch.arange(29).remainder(40).unsqueeze(0)))

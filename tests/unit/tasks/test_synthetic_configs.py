@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from posx.build import build_task
-from posx.config import choices, describe_option
-from posx.launch import compose_config
+from posx.config import choices, compose, describe_option
 from posx.tasks.synthetic.common import SyntheticTask
 
 TEXT_TASKS = {"text", "shakespeare"}
@@ -22,7 +21,7 @@ def test_at_least_twelve_synthetic_tasks():
 
 @pytest.mark.parametrize("name", SYNTHETIC)
 def test_task_yaml_builds_and_generates(name):
-    task = build_task(compose_config([f"task={name}"]))
+    task = build_task(compose([f"task={name}"]))
     assert isinstance(task, SyntheticTask) and task.exact_match
     # The yaml's description states the length mapping (what `posx list task` shows).
     assert re.search(r"length L holds", describe_option("task", name))

@@ -1,0 +1,20 @@
+"""Orchestration: the policies that combine training, evaluation and sweeps into runs.
+
+``posx.cli`` parses arguments and calls these; a notebook user calls them too. Below this layer,
+:mod:`posx.train` trains one model and :mod:`posx.evaluate` evaluates one run; neither decides
+what happens next.
+"""
+
+from posx.runs.evaluation import evaluate_runs, select_runs
+from posx.runs.launch import run_resume, run_train, train_and_evaluate
+from posx.runs.preflight import check_overrides, split_args
+
+__all__ = [
+    "check_overrides",
+    "evaluate_runs",
+    "run_resume",
+    "run_train",
+    "select_runs",
+    "split_args",
+    "train_and_evaluate",
+]

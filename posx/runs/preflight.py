@@ -1,0 +1,108 @@
+"""Checks run before Hydra starts, so that a typo or an impossible setting fails in one line with
+exit code 2 instead of half-way through a sweep."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
+
+from posx.build import build_model, build_positions, build_task
+from posx.config import check_group_value, compose, one_line, validate
+from posx.errors import ConfigError
+from posx.results import check_writable
+
+# Hydra's command-line flags that take a value (``-m``/``--multirun`` and friends take none).
+# Hydra has no public API for its argument parser, so this mirrors ``hydra --help``.
+VALUE_FLAGS = frozenset(
+    {
+        "--cfg",
+        "-c",
+        "--package",
+        "-p",
+        "--config-path",
+        "-cp",
+        "--config-name",
+        "-cn",
+        "--config-dir",
+        "-cd",
+        "--experimental-rerun",
+        "--shell-completion",
+        "-sc",
+    }
+)
+# Flags after which Hydra runs no job, so there is nothing to check.
+NO_CHECK_FLAGS = frozenset(
+    {
+        "--help",
+        "-h",
+        "--hydra-help",
+        "--version",
+        "--info",
+        "-i",
+        "--shell-completion",
+        "-sc",
+        "--experimental-rerun",
+    }
+)
+# Sweeps larger than this are checked on their first combinations only.
+MAX_CHECKED = 64
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """Separates Hydra's own flags (with their values) from config overrides."""
+    flags, overrides, take_value = [], [], False
+    for arg in args:
+        if take_value:
+            flags.append(arg)
+            take_value = False
+        elif arg.startswith("-"):
+            flags.append(arg)
+            take_value = arg in VALUE_FLAGS
+        else:
+            overrides.append(arg)
+    return flags, overrides
+
+
+def check_overrides(overrides: list[str], build: bool = True) -> None:
+    """Composes, validates and (with ``build``) instantiates every value of every override.
+
+    Each value of each sweep is checked at least once, the other overrides at their first value.
+    """
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except OverrideParseException as err:
+        raise ConfigError(f"bad override: {one_line(err)}") from err
+    options: list[list[str]] = []
+    for o in parsed:
+        key = o.get_key_element()
+        if key.lstrip("+~").startswith("hydra"):
+            continue
+        try:
+            values = (
+                list(o.sweep_string_iterator())
+                if o.is_sweep_override()
+                else [o.get_value_element_as_str()]
+            )
+        except HydraException:  # glob() and other sweeps Hydra expands itself
+            continue
+        for v in values:
+            check_group_value(o.key_or_group, v)
+        options.append([f"{key}={v}" for v in values])
+    combos = {tuple(o[0] for o in options)}
+    for i, opts in enumerate(options):
+        for v in opts[1:]:
+            combos.add(tuple(v if j == i else o[0] for j, o in enumerate(options)))
+    for combo in itertools.islice(sorted(combos), MAX_CHECKED):
+        cfg = compose(list(combo))
+        validate(cfg)
+        if build:
+            check_writable(Path(cfg.root))
+            task = build_task(cfg)
+            model = build_model(cfg, task.vocab_size)
+            build_positions(cfg).check(model.encoding, cfg.train.length)
+            # one tiny batch: a length too short for the task fails here, before any run dir exists
+            task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
