@@ -108,7 +108,7 @@ def eval_(
     --stride (in their own columns).
     """
     from posx.runs import evaluate_runs, select_runs
-    from posx.runs.evaluation import protocol_overrides
+    from posx.runs.evaluation import failures, protocol_overrides
 
     overrides = protocol_overrides(mode, window, stride, buckets)
     overrides += [a for a in ctx.args if "=" in a]
@@ -136,11 +136,16 @@ def eval_(
         )
         console.print(f"[bold]{run.name}[/] loss  {cells}")
 
-    evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show)
+    done = evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show)
     console.print(
         f"wrote eval.csv and eval_positions.csv in {len(chosen.runs)} run(s); "
         "compare with `posx report`"
     )
+    failed = [(run, why) for run, rows in done.items() for why in failures(rows)]
+    for run, why in failed:
+        err_console.print(f"posx: {run.name}: failed at {why}", markup=False, soft_wrap=True)
+    if failed:
+        raise PosxError(f"{len(failed)} evaluation(s) failed; the reasons are above")
     if chosen.damaged:
         names = ", ".join(run.name for run, _ in chosen.damaged)
         raise PosxError(f"{len(chosen.damaged)} run(s) skipped, checkpoint damaged: {names}")

@@ -72,7 +72,9 @@ class TrainConfig:
 class EvalConfig:
     """Length sweep: which lengths, how much held-out data, in what batches."""
 
-    lengths: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
+    # None: 1x, 2x, 4x and 8x train.length (see eval_lengths), so there is always an
+    # in-distribution column to take ratios against.
+    lengths: list[int] | None = None
     tokens: int = 16384
     batch_tokens: int = 8192
     seed: int = 1234
@@ -209,7 +211,8 @@ def validate(cfg: DictConfig) -> None:
         )
     if t.device not in ("auto", "cpu", "cuda", "mps") and not t.device.startswith("cuda:"):
         raise ConfigError(f"train.device must be auto, cpu, cuda, cuda:N or mps, got {t.device!r}")
-    positive_lengths(list(e.lengths), "eval.lengths")
+    if e.lengths is not None:
+        positive_lengths(list(e.lengths), "eval.lengths")
     if e.tokens <= 0 or e.batch_tokens <= 0:
         raise ConfigError(
             f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}"
@@ -219,6 +222,17 @@ def validate(cfg: DictConfig) -> None:
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or "_target_" not in node:
             raise ConfigError(f"{group} config needs a _target_ (choose one with {group}=NAME)")
+
+
+DEFAULT_EVAL_FACTORS = (1, 2, 4, 8)
+
+
+def eval_lengths(cfg: DictConfig) -> list[int]:
+    """The lengths a run is evaluated at: ``eval.lengths`` when set, else 1x, 2x, 4x and 8x
+    ``train.length``."""
+    if cfg.eval.get("lengths") is not None:
+        return [int(x) for x in cfg.eval.lengths]
+    return [f * int(cfg.train.length) for f in DEFAULT_EVAL_FACTORS]
 
 
 def validate_protocol(e: DictConfig, train_length: int) -> None:

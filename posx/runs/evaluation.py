@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from posx.checkpoint import checkpoint_dir, verify_checkpoint
+from posx.config import eval_lengths
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluate import evaluate_run
 from posx.results import find_runs, run_config
@@ -77,7 +78,7 @@ def evaluate_runs(
 
     Args:
         runs: Run directories.
-        lengths: Eval lengths, or ``None`` for each run's configured ones.
+        lengths: Eval lengths, or ``None`` for each run's configured ones (:func:`eval_lengths`).
         overrides: Eval-time ``key=value`` overrides, recorded in every row.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         progress: A progress bar per run.
@@ -91,7 +92,7 @@ def evaluate_runs(
     """
     done: dict[Path, list[dict[str, Any]]] = {}
     for run in runs:
-        run_lengths = lengths or list(run_config(run).eval.lengths)
+        run_lengths = lengths or eval_lengths(run_config(run))
         try:
             rows = evaluate_run(run, run_lengths, overrides, device=device, progress=progress)
         except KeyboardInterrupt as err:
@@ -103,3 +104,13 @@ def evaluate_runs(
         if on_run is not None:
             on_run(run, rows)
     return done
+
+
+def failures(rows: list[dict[str, Any]]) -> list[str]:
+    """``L=1024 (sliding): reason`` for each row that failed (``unsupported`` rows are not
+    failures: the encoding says it cannot represent that length)."""
+    return [
+        f"L={r['eval_length']} ({r['mode']}): {r.get('reason') or 'no reason recorded'}"
+        for r in rows
+        if r["status"] == "failed"
+    ]

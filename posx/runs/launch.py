@@ -22,29 +22,44 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from posx.checkpoint import checkpoint_dir, verify_checkpoint
-from posx.config import CONFIG_DIR, new_invocation, one_line, register, validate
+from posx.config import (
+    CONFIG_DIR,
+    eval_lengths,
+    new_invocation,
+    one_line,
+    register,
+    validate,
+)
 from posx.distributed import barrier, broadcast_from_main, init_process_group, world
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluate import evaluate_run
 from posx.results import write_json
+from posx.runs.evaluation import failures
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
 from posx.sweeps import sweep_status
 from posx.train import train
 
 
 def train_and_evaluate(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, Any]:
-    """One run: trains as configured, then (``train.eval_at_end``) evaluates at ``eval.lengths``
+    """One run: trains as configured, then (``train.eval_at_end``) evaluates at the eval lengths
     with the trained model in memory. Under torchrun rank 0 evaluates while the others wait.
 
     Returns:
         The training summary (final loss, tokens/s, parameters, seconds, world size).
+
+    Raises:
+        PosxError: An eval length failed (its row, with the reason, is written first).
     """
     result = train(cfg, run_dir, names)
     w = world()
+    failed: list[str] = []
     if cfg.train.eval_at_end and w.is_main:
-        lengths = list(cfg.eval.lengths)
-        evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
+        lengths = eval_lengths(cfg)
+        rows = evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
+        failed = failures(rows)
     barrier(w)
+    if failed:  # the rows (with their reasons) are written; the run must not look finished
+        raise PosxError(f"evaluation failed at {'; '.join(failed)}")
     return result.summary
 
 

@@ -104,3 +104,35 @@ def test_bad_protocol_input_is_one_line_and_writes_nothing(cli, run, args, text)
     before = (run / "eval.csv").read_bytes(), (run / "eval_positions.csv").read_bytes()
     assert_one_line_error(cli("eval", str(run), "--lengths", "16", *args), 2, text)
     assert ((run / "eval.csv").read_bytes(), (run / "eval_positions.csv").read_bytes()) == before
+
+
+def test_a_failed_length_prints_its_reason_and_exits_1(cli, run, monkeypatch):
+    """A length that fails (out of memory, a bug) is never a silent exit 0."""
+    import posx.evaluate
+
+    real = posx.evaluate.evaluate_length
+
+    def fail_at_32(model, task, data, protocol, *args, **kwargs):  # noqa: ANN001, ANN202
+        if data.inputs.shape[1] == 32:
+            raise RuntimeError("out of memory: tried to allocate 9 GiB")
+        return real(model, task, data, protocol, *args, **kwargs)
+
+    monkeypatch.setattr(posx.evaluate, "evaluate_length", fail_at_32)
+    out = cli("eval", str(run), "--lengths", "16,32", "--no-progress")
+    assert out.returncode == 1, out.stderr
+    assert "L=32 (full): out of memory: tried to allocate 9 GiB" in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("posx: error: 1 evaluation(s) failed")
+    rows = read(run / "eval.csv")
+    rows = rows[(rows["mode"] == "full") & (rows["overrides"] == "")].set_index("eval_length")
+    assert rows.loc[32, "status"] == "failed" and rows.loc[16, "status"] == "ok"
+
+
+def test_an_unsupported_length_is_not_a_failure(cli, tmp_path):
+    """`learned` cannot represent positions past max_len: documented, exit 0."""
+    run_posx("train", *TINY, "encoding=learned", f"root={tmp_path}")
+    (run_json,) = tmp_path.rglob("run.json")
+    out = cli("eval", str(run_json.parent), "--lengths", "16,64", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert read(run_json.parent / "eval.csv").set_index("eval_length").loc[64, "status"] == (
+        "unsupported"
+    )

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from posx.config import choices, compose, positive_lengths, validate
+from posx.config import choices, compose, eval_lengths, positive_lengths, validate
 from posx.errors import ConfigError
 from posx.runs import check_overrides
 from posx.runs.launch import sweep_dir_of
@@ -134,3 +134,12 @@ def test_invocation_names_the_run_directory_through_the_config(tmp_path):
     assert cfg.invocation == "20260101-000000_abcdef"
     hydra_cfg = sweep_dir_of(["invocation=20260101-000000_abcdef", f"root={tmp_path}", "seed=0,1"])
     assert hydra_cfg == tmp_path / "sweeps" / "20260101-000000_abcdef"
+
+
+@pytest.mark.parametrize("length", [16, 32, 100])
+def test_default_eval_lengths_follow_the_training_length(length):
+    """Without eval.lengths a run is evaluated at 1x, 2x, 4x and 8x its training length, so the
+    table always has an in-distribution column (and a ratio)."""
+    cfg = compose([f"train.length={length}"])
+    assert eval_lengths(cfg) == [length, 2 * length, 4 * length, 8 * length]
+    assert eval_lengths(compose([f"train.length={length}", "eval.lengths=[7,9]"])) == [7, 9]
