@@ -34,12 +34,13 @@ DIMS = ["model.d_model=64", "model.n_heads=4", "model.n_layers=2", "train.length
 
 
 def encoding_of(name: str) -> PositionalEncoding:
+    """The last layer's encoding, as attention gets it (a per-layer owner's hooks need a layer)."""
     torch.manual_seed(0)
     enc = build_encoding(compose_config([f"encoding={name}", *DIMS]))
     with torch.no_grad():  # learned tables start near zero; make the bias matter
         for p in enc.parameters():
             p.normal_(std=1.0)
-    return enc
+    return enc.for_layer(1)
 
 
 def bias_encodings() -> list[str]:
