@@ -12,10 +12,10 @@ from torch import Tensor, nn
 
 from posx.encodings.alibi import alibi_slopes
 from posx.encodings.base import add_head_dim, as_float, relative_distance
-from posx.encodings.per_layer import LayeredBias
+from posx.encodings.per_layer import PerLayer
 
 
-class ALiBiLearned(LayeredBias):
+class ALiBiLearned(PerLayer):
     """Linear distance bias with one learned positive slope per head.
 
     Args:
@@ -30,9 +30,9 @@ class ALiBiLearned(LayeredBias):
         init = torch.tensor([math.log(m) for m in alibi_slopes(n_heads)])
         self.log_slopes = nn.Parameter(init.repeat(self.n_sets, 1))  # [n_sets, h]
 
-    def slopes(self, layer: int = 0) -> Tensor:
-        """Current slopes ``[h]`` of ``layer``."""
-        return self.log_slopes[layer].exp()
+    def slopes(self, layer: int | None = None) -> Tensor:
+        """Current slopes ``[h]`` of ``layer`` (``None``: the only set)."""
+        return self.log_slopes[self.set_index(layer, "slopes")].exp()
 
     def layer_bias(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         dist = relative_distance(as_float(q_pos), as_float(k_pos))  # [(b,) sq, sk]

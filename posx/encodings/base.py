@@ -94,8 +94,11 @@ class PositionalEncoding(nn.Module):
         return parameter_versions(self)
 
     def for_layer(self, index: int) -> PositionalEncoding:
-        """The encoding that layer ``index`` uses: ``self`` when parameters are shared across
-        layers; encodings with per-layer parameters return that layer's part."""
+        """The encoding that layer ``index`` uses; the model asks for every layer.
+
+        ``self`` here: any parameters of these hooks serve every layer. Encodings whose
+        parameters may differ by layer subclass :class:`posx.encodings.per_layer.PerLayer`.
+        """
         return self
 
     @property

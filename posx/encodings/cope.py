@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.base import PositionalEncoding, as_float
+from posx.encodings.base import as_float
 from posx.encodings.blocked import blocked_attend, future_mask
+from posx.encodings.per_layer import PerLayer
 
 
 def cope_positions(gates: Tensor, gaps: Tensor | None = None) -> Tensor:
@@ -65,43 +66,18 @@ def interpolate_logits(logits_int: Tensor, positions: Tensor) -> Tensor:
     return hi * w + lo * (1 - w)
 
 
-class CoPELayer(PositionalEncoding):
-    """One layer's position embeddings ``e [d_h, npos_max]`` (shared by heads, as in the paper).
+class CoPEEmbeddings(nn.Module):
+    """One parameter set: position embeddings ``e [d_h, npos_max]`` (shared by heads, as in
+    the paper)."""
 
-    Args:
-        head_dim: Per-head width.
-        npos_max: Number of integer positions with an embedding.
-        gap_weighted: Weight gates by position gaps (see the module docstring).
-        block_size: Queries per attention block.
-    """
-
-    def __init__(self, head_dim: int, npos_max: int, gap_weighted: bool, block_size: int) -> None:
+    def __init__(self, head_dim: int, npos_max: int) -> None:
         super().__init__()
-        self.npos_max, self.gap_weighted, self.block_size = npos_max, gap_weighted, block_size
         # The reference code starts from zeros; a small random start gives every position a
         # distinct embedding from step 0 (and makes the contract tests see the encoding).
         self.pos_emb = nn.Parameter(torch.randn(head_dim, npos_max) * 0.02)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        scale = q.shape[-1] ** -0.5
-        gaps = position_gaps(k_pos) if self.gap_weighted else None
-        emb = self.pos_emb.float()
 
-        def scores(i0: int, i1: int) -> tuple[Tensor, None]:
-            qb = q[..., i0:i1, :].float()
-            logits = (qb @ k[..., :i1, :].float().transpose(-1, -2)) * scale  # [b, h, bq, i1]
-            gates = torch.sigmoid(logits).masked_fill(future_mask(i0, i1, q.device), 0.0)
-            positions = cope_positions(gates, None if gaps is None else gaps[..., :i1])
-            positions = positions.clamp(0, self.npos_max - 1)
-            return logits + interpolate_logits(qb @ emb, positions), None
-
-        return blocked_attend(v, scores, self.block_size)
-
-    def extra_repr(self) -> str:
-        return f"npos_max={self.npos_max}, gap_weighted={self.gap_weighted}"
-
-
-class CoPE(PositionalEncoding):
+class CoPE(PerLayer):
     """CoPE in every layer, each with its own position embeddings (paper) or one shared set.
 
     Args:
@@ -125,17 +101,29 @@ class CoPE(PositionalEncoding):
         gap_weighted: bool = True,
         block_size: int = 256,
     ) -> None:
-        super().__init__()
+        super().__init__(n_layers, per_layer)
         npos_max = train_length if npos_max is None else npos_max
         if npos_max < 2:
             raise ValueError(f"cope npos_max must be >= 2, got {npos_max}")
-        self.layers = nn.ModuleList(
-            CoPELayer(head_dim, npos_max, gap_weighted, block_size)
-            for _ in range(n_layers if per_layer else 1)
-        )
+        self.npos_max, self.gap_weighted, self.block_size = npos_max, gap_weighted, block_size
+        self.layers = nn.ModuleList(CoPEEmbeddings(head_dim, npos_max) for _ in range(self.n_sets))
 
-    def for_layer(self, index: int) -> PositionalEncoding:
-        return self.layers[index if len(self.layers) > 1 else 0]
+    def layer_attend(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> Tensor:
+        scale = q.shape[-1] ** -0.5
+        gaps = position_gaps(k_pos) if self.gap_weighted else None
+        emb = self.layers[layer].pos_emb.float()
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        return self.layers[0].attend(q, k, v, q_pos, k_pos)
+        def scores(i0: int, i1: int) -> tuple[Tensor, None]:
+            qb = q[..., i0:i1, :].float()
+            logits = (qb @ k[..., :i1, :].float().transpose(-1, -2)) * scale  # [b, h, bq, i1]
+            gates = torch.sigmoid(logits).masked_fill(future_mask(i0, i1, q.device), 0.0)
+            positions = cope_positions(gates, None if gaps is None else gaps[..., :i1])
+            positions = positions.clamp(0, self.npos_max - 1)
+            return logits + interpolate_logits(qb @ emb, positions), None
+
+        return blocked_attend(v, scores, self.block_size)
+
+    def extra_repr(self) -> str:
+        return f"npos_max={self.npos_max}, gap_weighted={self.gap_weighted}, {super().extra_repr()}"

@@ -20,8 +20,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.base import PositionalEncoding
 from posx.encodings.blocked import blocked_attend, integer_distance, per_query
+from posx.encodings.per_layer import PerLayer
 
 
 def log_bucket_position(distance: Tensor, buckets: int, max_position: int) -> Tensor:
@@ -66,46 +66,18 @@ def deberta_index(
     return (distance + span).clamp(0, 2 * span - 1)
 
 
-class DebertaLayer(PositionalEncoding):
-    """One layer's position projections ``W_{k,r}``, ``W_{q,r}`` over the parent's shared ``P``."""
+class DebertaProjections(nn.Module):
+    """One layer's parameter set: the position projections ``W_{k,r}``, ``W_{q,r}``."""
 
-    def __init__(self, parent: DeBERTa, d_model: int, n_heads: int, block_size: int) -> None:
+    def __init__(self, d_model: int) -> None:
         super().__init__()
-        self.n_heads, self.block_size = n_heads, block_size
         self.key_proj = nn.Linear(d_model, d_model, bias=False)
         self.query_proj = nn.Linear(d_model, d_model, bias=False)
         for proj in (self.key_proj, self.query_proj):
             nn.init.normal_(proj.weight, std=0.02)
-        object.__setattr__(self, "_parent", parent)  # not a submodule: no module cycle
-
-    def _heads(self, x: Tensor) -> Tensor:
-        """``[2k, d] -> [h, 2k, d_h]``."""
-        return x.view(x.shape[0], self.n_heads, -1).transpose(0, 1)
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        parent = self._parent
-        rel = parent.rel_embeddings.weight  # [2span, d]
-        k_r = self._heads(self.key_proj(rel)).to(q.dtype)  # [h, 2span, d_h]
-        q_r = self._heads(self.query_proj(rel)).to(q.dtype)
-        scale = (3 * q.shape[-1]) ** -0.5
-        p2c_all = k @ q_r.transpose(-1, -2)  # K^c_j . Q^r_r for every key and row: [b, h, s, 2span]
-
-        def scores(i0: int, i1: int) -> tuple[Tensor, None]:
-            qb, kb = q[..., i0:i1, :], k[..., :i1, :]
-            qp, kp = q_pos[..., i0:i1], k_pos[..., :i1]
-            content = qb @ kb.transpose(-1, -2)  # [b, h, bq, i1]
-            idx = deberta_index(qp, kp, parent.max_relative_positions, parent.position_buckets)
-            c2p = torch.gather(qb @ k_r.transpose(-1, -2), -1, per_query(idx, content))
-            # p2c needs delta(j, i): the distance seen from the key, read from the key's row.
-            idx_t = deberta_index(kp, qp, parent.max_relative_positions, parent.position_buckets)
-            idx_t = per_query(idx_t.transpose(-1, -2), content)  # [b, h, bq, i1]: row of (j, i)
-            p2c = torch.gather(p2c_all[..., :i1, :].transpose(-1, -2), -2, idx_t)
-            return (content + c2p + p2c) * scale, None
-
-        return blocked_attend(v, scores, self.block_size)
 
 
-class DeBERTa(PositionalEncoding):
+class DeBERTa(PerLayer):
     """Disentangled attention: ``P`` shared by layers, position projections per layer.
 
     Args:
@@ -126,7 +98,7 @@ class DeBERTa(PositionalEncoding):
         position_buckets: int = 0,
         block_size: int = 256,
     ) -> None:
-        super().__init__()
+        super().__init__(n_layers, per_layer=True)  # P is shared, its projections per layer
         if max_relative_positions < 1:
             raise ValueError(
                 f"deberta max_relative_positions must be >= 1, got {max_relative_positions}"
@@ -145,18 +117,40 @@ class DeBERTa(PositionalEncoding):
             max_relative_positions,
             position_buckets,
         )
+        self.n_heads, self.block_size = n_heads, block_size
         span = position_buckets or max_relative_positions
         self.rel_embeddings = nn.Embedding(2 * span, d_model)
         nn.init.normal_(self.rel_embeddings.weight, std=0.02)
-        self.layers = nn.ModuleList(
-            DebertaLayer(self, d_model, n_heads, block_size) for _ in range(n_layers)
-        )
+        self.layers = nn.ModuleList(DebertaProjections(d_model) for _ in range(self.n_sets))
 
-    def for_layer(self, index: int) -> PositionalEncoding:
-        return self.layers[index]
+    def _heads(self, x: Tensor) -> Tensor:
+        """``[2k, d] -> [h, 2k, d_h]``."""
+        return x.view(x.shape[0], self.n_heads, -1).transpose(0, 1)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        return self.layers[0].attend(q, k, v, q_pos, k_pos)
+    def layer_attend(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> Tensor:
+        projections = self.layers[layer]
+        rel = self.rel_embeddings.weight  # [2span, d]
+        k_r = self._heads(projections.key_proj(rel)).to(q.dtype)  # [h, 2span, d_h]
+        q_r = self._heads(projections.query_proj(rel)).to(q.dtype)
+        scale = (3 * q.shape[-1]) ** -0.5
+        p2c_all = k @ q_r.transpose(-1, -2)  # K^c_j . Q^r_r for every key and row: [b, h, s, 2span]
+        span, buckets = self.max_relative_positions, self.position_buckets
+
+        def scores(i0: int, i1: int) -> tuple[Tensor, None]:
+            qb, kb = q[..., i0:i1, :], k[..., :i1, :]
+            qp, kp = q_pos[..., i0:i1], k_pos[..., :i1]
+            content = qb @ kb.transpose(-1, -2)  # [b, h, bq, i1]
+            idx = deberta_index(qp, kp, span, buckets)
+            c2p = torch.gather(qb @ k_r.transpose(-1, -2), -1, per_query(idx, content))
+            # p2c needs delta(j, i): the distance seen from the key, read from the key's row.
+            idx_t = deberta_index(kp, qp, span, buckets)
+            idx_t = per_query(idx_t.transpose(-1, -2), content)  # [b, h, bq, i1]: row of (j, i)
+            p2c = torch.gather(p2c_all[..., :i1, :].transpose(-1, -2), -2, idx_t)
+            return (content + c2p + p2c) * scale, None
+
+        return blocked_attend(v, scores, self.block_size)
 
     def extra_repr(self) -> str:
         return f"k={self.max_relative_positions}, buckets={self.position_buckets}"

@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posx.encodings.base import add_head_dim, as_float, relative_distance
-from posx.encodings.per_layer import LayeredBias
+from posx.encodings.per_layer import PerLayer
 
 
-class FIRE(LayeredBias):
+class FIRE(PerLayer):
     """Learned MLP of the progressively normalised log distance.
 
     Args:
@@ -69,12 +69,13 @@ class FIRE(LayeredBias):
         self.w2 = nn.Parameter(torch.stack(w2))  # [n, heads, width]
         self.b2 = nn.Parameter(torch.stack(b2))  # [n, heads]
 
-    def threshold(self, layer: int = 0) -> Tensor:
-        """The learned ``L`` (a scalar tensor)."""
-        return (self.threshold_mult[layer] * self.init_threshold).abs()
+    def threshold(self, layer: int | None = None) -> Tensor:
+        """The learned ``L`` of ``layer`` (``None``: the only set), a scalar tensor."""
+        return (self.threshold_mult[self.set_index(layer, "threshold")] * self.init_threshold).abs()
 
-    def normalized_distance(self, q_pos: Tensor, k_pos: Tensor, layer: int = 0) -> Tensor:
-        """``psi(|i - j|) / (psi(max(i, L)) + eps)`` ``[(b,) sq, sk]``."""
+    def normalized_distance(self, q_pos: Tensor, k_pos: Tensor, layer: int | None = None) -> Tensor:
+        """``psi(|i - j|) / (psi(max(i, L)) + eps)`` ``[(b,) sq, sk]`` of ``layer``."""
+        layer = self.set_index(layer, "normalized_distance")
         q, k = as_float(q_pos).float(), as_float(k_pos).float()
         c = self.c[layer]
         dist = relative_distance(q, k).abs()

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posx.encodings.base import add_head_dim, as_float, relative_distance
-from posx.encodings.per_layer import LayeredBias
+from posx.encodings.per_layer import PerLayer
 
 EPS = 0.01  # the paper's lower bound on every parameter
 POWER_MAX = 2.0  # the power kernel is conditionally positive definite for r2 in (0, 2]
@@ -41,7 +41,7 @@ def _bounded_raw(value: Tensor) -> Tensor:
     return torch.logit(unit)
 
 
-class _Kerple(LayeredBias):
+class _Kerple(PerLayer):
     """Shared parts: two ``[n_sets, h]`` raw parameters and the ``|i - j|`` distance."""
 
     def __init__(
@@ -52,11 +52,11 @@ class _Kerple(LayeredBias):
         self.r1_raw = nn.Parameter(_positive_raw(r1_init))
         self.r2_raw = nn.Parameter(r2_raw)
 
-    def r1(self, layer: int = 0) -> Tensor:
-        """``r1 > 0`` of ``layer``, ``[h]``."""
-        return EPS + F.softplus(self.r1_raw[layer])
+    def r1(self, layer: int | None = None) -> Tensor:
+        """``r1 > 0`` of ``layer`` (``None``: the only set), ``[h]``."""
+        return EPS + F.softplus(self.r1_raw[self.set_index(layer, "r1")])
 
-    def r2(self, layer: int = 0) -> Tensor:
+    def r2(self, layer: int | None = None) -> Tensor:
         raise NotImplementedError
 
     def kernel(self, dist: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
@@ -83,9 +83,9 @@ class KerpleLog(_Kerple):
         r2 = torch.rand(n, n_heads) * 1.0
         super().__init__(n_heads, n_layers, per_layer, r1, _positive_raw(r2))
 
-    def r2(self, layer: int = 0) -> Tensor:
-        """``r2 > 0`` of ``layer``, ``[h]``."""
-        return EPS + F.softplus(self.r2_raw[layer])
+    def r2(self, layer: int | None = None) -> Tensor:
+        """``r2 > 0`` of ``layer`` (``None``: the only set), ``[h]``."""
+        return EPS + F.softplus(self.r2_raw[self.set_index(layer, "r2")])
 
     def kernel(self, dist: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
         return -r1 * torch.log1p(r2 * dist)
@@ -106,9 +106,9 @@ class KerplePower(_Kerple):
         r2 = torch.rand(n, n_heads) * 2.0
         super().__init__(n_heads, n_layers, per_layer, r1, _bounded_raw(r2))
 
-    def r2(self, layer: int = 0) -> Tensor:
-        """``r2`` in ``(0, 2]`` of ``layer``, ``[h]``."""
-        return EPS + (POWER_MAX - EPS) * torch.sigmoid(self.r2_raw[layer])
+    def r2(self, layer: int | None = None) -> Tensor:
+        """``r2`` in ``(0, 2]`` of ``layer`` (``None``: the only set), ``[h]``."""
+        return EPS + (POWER_MAX - EPS) * torch.sigmoid(self.r2_raw[self.set_index(layer, "r2")])
 
     def kernel(self, dist: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
         return -r1 * dist.pow(r2)

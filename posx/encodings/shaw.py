@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.base import PositionalEncoding
 from posx.encodings.blocked import blocked_attend, gather_relative, integer_distance, per_query
+from posx.encodings.per_layer import PerLayer
 
 
 def shaw_index(q_pos: Tensor, k_pos: Tensor, max_relative_position: int) -> Tensor:
@@ -36,45 +36,17 @@ def shaw_index(q_pos: Tensor, k_pos: Tensor, max_relative_position: int) -> Tens
     return distance.clamp(-k, k) + k
 
 
-class ShawLayer(PositionalEncoding):
-    """One layer's ``w^K`` and ``w^V`` tables (``[2k + 1, d_h]`` each) and its attention.
+class ShawTables(nn.Module):
+    """One parameter set: the ``w^K`` and ``w^V`` tables, ``[2k + 1, d_h]`` each."""
 
-    Args:
-        head_dim: Per-head width ``d_h``.
-        max_relative_position: Clipping distance ``k``.
-        block_size: Queries per attention block.
-    """
-
-    def __init__(self, head_dim: int, max_relative_position: int, block_size: int) -> None:
+    def __init__(self, head_dim: int, max_relative_position: int) -> None:
         super().__init__()
-        self.max_relative_position, self.block_size = max_relative_position, block_size
         rows = 2 * max_relative_position + 1
         self.w_k = nn.Parameter(torch.randn(rows, head_dim) * 0.02)
         self.w_v = nn.Parameter(torch.randn(rows, head_dim) * 0.02)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        scale = q.shape[-1] ** -0.5
 
-        def scores(i0: int, i1: int) -> tuple[Tensor, Tensor]:
-            qb = q[..., i0:i1, :]  # [b, h, bq, d_h]
-            index = shaw_index(q_pos[..., i0:i1], k_pos[..., :i1], self.max_relative_position)
-            content = qb @ k[..., :i1, :].transpose(-1, -2)  # [b, h, bq, i1]
-            relative = gather_relative(qb @ self.w_k.to(qb.dtype).T, index)  # q_i . a^K_ij
-            return (content + relative) * scale, index
-
-        def value_term(probs: Tensor, index: Tensor) -> Tensor:
-            # sum_j p_ij w^V_{r(i,j)} = sum_r (sum of p_ij over the pairs in slot r) w^V_r
-            slots = probs.new_zeros(*probs.shape[:-1], self.w_v.shape[0])
-            slots.scatter_add_(-1, per_query(index, probs), probs)
-            return slots @ self.w_v.float()
-
-        return blocked_attend(v, scores, self.block_size, value_term)
-
-    def extra_repr(self) -> str:
-        return f"k={self.max_relative_position}"
-
-
-class Shaw(PositionalEncoding):
+class Shaw(PerLayer):
     """Shaw et al.'s relative positions, one table pair per layer (the paper) or shared.
 
     Args:
@@ -93,18 +65,36 @@ class Shaw(PositionalEncoding):
         per_layer: bool = True,
         block_size: int = 256,
     ) -> None:
-        super().__init__()
+        super().__init__(n_layers, per_layer)
         if max_relative_position < 1:
             raise ValueError(
                 f"shaw max_relative_position must be >= 1, got {max_relative_position}"
             )
-        count = n_layers if per_layer else 1
+        self.max_relative_position, self.block_size = max_relative_position, block_size
         self.layers = nn.ModuleList(
-            ShawLayer(head_dim, max_relative_position, block_size) for _ in range(count)
+            ShawTables(head_dim, max_relative_position) for _ in range(self.n_sets)
         )
 
-    def for_layer(self, index: int) -> PositionalEncoding:
-        return self.layers[index if len(self.layers) > 1 else 0]
+    def layer_attend(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> Tensor:
+        tables = self.layers[layer]
+        scale = q.shape[-1] ** -0.5
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        return self.layers[0].attend(q, k, v, q_pos, k_pos)
+        def scores(i0: int, i1: int) -> tuple[Tensor, Tensor]:
+            qb = q[..., i0:i1, :]  # [b, h, bq, d_h]
+            index = shaw_index(q_pos[..., i0:i1], k_pos[..., :i1], self.max_relative_position)
+            content = qb @ k[..., :i1, :].transpose(-1, -2)  # [b, h, bq, i1]
+            relative = gather_relative(qb @ tables.w_k.to(qb.dtype).T, index)  # q_i . a^K_ij
+            return (content + relative) * scale, index
+
+        def value_term(probs: Tensor, index: Tensor) -> Tensor:
+            # sum_j p_ij w^V_{r(i,j)} = sum_r (sum of p_ij over the pairs in slot r) w^V_r
+            slots = probs.new_zeros(*probs.shape[:-1], tables.w_v.shape[0])
+            slots.scatter_add_(-1, per_query(index, probs), probs)
+            return slots @ tables.w_v.float()
+
+        return blocked_attend(v, scores, self.block_size, value_term)
+
+    def extra_repr(self) -> str:
+        return f"k={self.max_relative_position}, {super().extra_repr()}"

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posx.encodings.base import PositionalEncoding
+from posx.encodings.per_layer import PerLayer
 
 
 def xl_sinusoid(distance: Tensor, dim: int) -> Tensor:
@@ -53,46 +53,15 @@ def _per_head(feature: Tensor) -> Tensor:
     return feature.unsqueeze(0).unsqueeze(0) if feature.dim() == 2 else feature.unsqueeze(1)
 
 
-class TransformerXLLayer(PositionalEncoding):
-    """One layer's ``W_R``; the global biases ``u``, ``v`` live in the parent (maybe shared).
+class XLProjection(nn.Module):
+    """One layer's parameter set: the projection ``W_R [h, d_h, r_dim]`` of the sinusoid."""
 
-    Args:
-        parent: The :class:`TransformerXL` that owns ``u`` and ``v`` ``[n_uv, h, d_h]``.
-        uv_index: Which ``u``/``v`` row this layer uses.
-        n_heads: Heads ``h``.
-        head_dim: Per-head width ``d_h``.
-        r_dim: Width of the sinusoid ``R`` (``d_model`` in the paper).
-    """
-
-    def __init__(
-        self, parent: TransformerXL, uv_index: int, n_heads: int, head_dim: int, r_dim: int
-    ) -> None:
+    def __init__(self, n_heads: int, head_dim: int, r_dim: int) -> None:
         super().__init__()
-        self.r_dim, self.uv_index = r_dim, uv_index
         self.w_r = nn.Parameter(torch.randn(n_heads, head_dim, r_dim) * 0.02)
-        # A plain reference, not a submodule: registering the parent would make a module cycle.
-        object.__setattr__(self, "_parent", parent)
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        u, v_bias = self._parent.u[self.uv_index], self._parent.v[self.uv_index]  # [h, d_h]
-        half = self.r_dim // 2
-        c = (q.float() + v_bias.float().unsqueeze(1)) @ self.w_r.float()  # [b, h, s, r_dim]
-        c_sin, c_cos = c[..., :half], c[..., half:]
-        sin_i, cos_i = (_per_head(t) for t in _trig(q_pos, self.r_dim))
-        sin_j, cos_j = (_per_head(t) for t in _trig(k_pos, self.r_dim))
-        # c.R_{i-j} = sum_f cos(j w)(c_sin sin(i w) + c_cos cos(i w))
-        #                 + sin(j w)(c_cos sin(i w) - c_sin cos(i w))
-        q_feat = torch.cat((c_sin * sin_i + c_cos * cos_i, c_cos * sin_i - c_sin * cos_i), -1)
-        k_feat = torch.cat((cos_j, sin_j), -1).expand(*k.shape[:-1], self.r_dim)
-        q2 = torch.cat((q + u.to(q.dtype).unsqueeze(1), q_feat.to(q.dtype)), -1)
-        k2 = torch.cat((k, k_feat.to(k.dtype)), -1)
-        return F.scaled_dot_product_attention(q2, k2, v, is_causal=True, scale=q.shape[-1] ** -0.5)
-
-    def extra_repr(self) -> str:
-        return f"r_dim={self.r_dim}"
 
 
-class TransformerXL(PositionalEncoding):
+class TransformerXL(PerLayer):
     """Transformer-XL's relative attention: ``W_R`` per layer, ``u``/``v`` shared or per layer.
 
     Args:
@@ -114,20 +83,36 @@ class TransformerXL(PositionalEncoding):
         r_dim: int | None = None,
         share_uv: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(n_layers, per_layer=True)  # W_R is always per layer
         r_dim = d_model if r_dim is None else r_dim
         if r_dim <= 0 or r_dim % 2:
             raise ValueError(f"transformer_xl r_dim must be a positive even number, got {r_dim}")
+        self.r_dim, self.share_uv = r_dim, share_uv
         n_uv = 1 if share_uv else n_layers
         self.u = nn.Parameter(torch.randn(n_uv, n_heads, head_dim) * 0.02)
         self.v = nn.Parameter(torch.randn(n_uv, n_heads, head_dim) * 0.02)
         self.layers = nn.ModuleList(
-            TransformerXLLayer(self, 0 if share_uv else i, n_heads, head_dim, r_dim)
-            for i in range(n_layers)
+            XLProjection(n_heads, head_dim, r_dim) for _ in range(self.n_sets)
         )
 
-    def for_layer(self, index: int) -> PositionalEncoding:
-        return self.layers[index]
+    def layer_attend(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> Tensor:
+        uv = 0 if self.share_uv else layer
+        u, v_bias = self.u[uv], self.v[uv]  # [h, d_h]
+        w_r = self.layers[layer].w_r
+        half = self.r_dim // 2
+        c = (q.float() + v_bias.float().unsqueeze(1)) @ w_r.float()  # [b, h, s, r_dim]
+        c_sin, c_cos = c[..., :half], c[..., half:]
+        sin_i, cos_i = (_per_head(t) for t in _trig(q_pos, self.r_dim))
+        sin_j, cos_j = (_per_head(t) for t in _trig(k_pos, self.r_dim))
+        # c.R_{i-j} = sum_f cos(j w)(c_sin sin(i w) + c_cos cos(i w))
+        #                 + sin(j w)(c_cos sin(i w) - c_sin cos(i w))
+        q_feat = torch.cat((c_sin * sin_i + c_cos * cos_i, c_cos * sin_i - c_sin * cos_i), -1)
+        k_feat = torch.cat((cos_j, sin_j), -1).expand(*k.shape[:-1], self.r_dim)
+        q2 = torch.cat((q + u.to(q.dtype).unsqueeze(1), q_feat.to(q.dtype)), -1)
+        k2 = torch.cat((k, k_feat.to(k.dtype)), -1)
+        return F.scaled_dot_product_attention(q2, k2, v, is_causal=True, scale=q.shape[-1] ** -0.5)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        return self.layers[0].attend(q, k, v, q_pos, k_pos)
+    def extra_repr(self) -> str:
+        return f"r_dim={self.r_dim}, share_uv={self.share_uv}"

@@ -56,7 +56,12 @@ def choose_kernel(
     if not encoding.has_bias:
         return "sdpa"
     forced = os.environ.get("POSX_ATTENTION", "auto")
-    if device.type == "cuda" and flex_available and forced != "blocked" and flex_ok(encoding):
+    if (
+        device.type == "cuda"
+        and flex_available
+        and forced != "blocked"
+        and flex_ok(encoding, device)
+    ):
         return "flex"
     return "blocked"
 
@@ -65,23 +70,23 @@ def choose_kernel(
 _FLEX_OK: weakref.WeakKeyDictionary[PositionalEncoding, bool] = weakref.WeakKeyDictionary()
 
 
-def flex_ok(encoding: PositionalEncoding) -> bool:
+def flex_ok(encoding: PositionalEncoding, device: torch.device) -> bool:
     """Whether ``encoding.bias`` can run inside a FlexAttention ``score_mod``.
 
     A bias qualifies when it is traceable for one (query, key) pair: no data-dependent Python
     (``.item()``, ``int(tensor)``, shapes from values). This is probed once per encoding with
-    FlexAttention's eager reference on a 3-token CPU input; a bias that fails falls back to the
-    blocked kernel, so any encoding works and traceable ones get the fused kernel.
+    FlexAttention's eager reference on a 3-token input on ``device``, the one attention runs on;
+    a bias that fails falls back to the blocked kernel, so any encoding works and traceable ones
+    get the fused kernel.
     """
     if encoding not in _FLEX_OK:
-        _FLEX_OK[encoding] = _probe_flex(encoding)
+        _FLEX_OK[encoding] = _probe_flex(encoding, device)
     return _FLEX_OK[encoding]
 
 
-def _probe_flex(encoding: PositionalEncoding) -> bool:
+def _probe_flex(encoding: PositionalEncoding, device: torch.device) -> bool:
+    # The device comes from the caller: a per-layer view holds no tensors to read it from.
     try:
-        device = next(iter(encoding.buffers()), next(iter(encoding.parameters()), None))
-        device = device.device if device is not None else torch.device("cpu")
         pos = torch.arange(3, device=device)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the eager reference warns that it is unfused

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from posx.encodings.cope import CoPE, CoPELayer, cope_positions, interpolate_logits
+from posx.encodings.cope import CoPE, cope_positions, interpolate_logits
 
 
 def test_positions_are_suffix_sums_of_gates():
@@ -36,15 +36,15 @@ def test_interpolation_between_integer_positions():
     torch.testing.assert_close(got.flatten(), torch.tensor([17.5, 0.0, 30.0, 25.0]))
 
 
-def reference(layer: CoPELayer, q, k, v):
+def reference(enc: CoPE, q, k, v):
     """The paper's code, unblocked: logits = qk/sqrt(d) + log(causal mask); gates = sigmoid(logits);
     p = flip-cumsum-flip(gates) clamped; logits += interp(q @ e, p); softmax; @ v."""
     s, d = q.shape[-2], q.shape[-1]
     logits = q @ k.transpose(-1, -2) / math.sqrt(d)
     logits = logits + torch.ones(s, s).tril().log()
     gates = torch.sigmoid(logits)
-    pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=layer.npos_max - 1)
-    logits_int = q @ layer.pos_emb
+    pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=enc.npos_max - 1)
+    logits_int = q @ enc.layers[0].pos_emb
     w = pos - pos.floor()
     extra = logits_int.gather(-1, pos.ceil().long()) * w + logits_int.gather(
         -1, pos.floor().long()
@@ -56,29 +56,31 @@ def reference(layer: CoPELayer, q, k, v):
 @pytest.mark.parametrize("npos_max", [3, 16])
 def test_attend_matches_the_papers_code(block, npos_max):
     gen = torch.Generator().manual_seed(0)
-    layer = CoPELayer(head_dim=4, npos_max=npos_max, gap_weighted=True, block_size=block)
+    enc = CoPE(head_dim=4, n_layers=1, train_length=8, npos_max=npos_max, block_size=block)
     with torch.no_grad():
-        layer.pos_emb.normal_(generator=gen)
+        enc.layers[0].pos_emb.normal_(generator=gen)
     q, k, v = (torch.randn(2, 3, 8, 4, generator=gen) for _ in range(3))
     pos = torch.arange(8)
     with torch.no_grad():
-        torch.testing.assert_close(layer.attend(q, k, v, pos, pos), reference(layer, q, k, v))
+        torch.testing.assert_close(enc.attend(q, k, v, pos, pos), reference(enc, q, k, v))
 
 
 def test_gap_weighting_off_ignores_positions():
     gen = torch.Generator().manual_seed(1)
-    layer = CoPELayer(head_dim=4, npos_max=16, gap_weighted=False, block_size=256)
+    enc = CoPE(head_dim=4, n_layers=1, train_length=16, gap_weighted=False)
     q, k, v = (torch.randn(1, 2, 5, 4, generator=gen) for _ in range(3))
     with torch.no_grad():
-        a = layer.attend(q, k, v, torch.arange(5), torch.arange(5))
-        b = layer.attend(q, k, v, torch.arange(5) * 7, torch.arange(5) * 7)
+        a = enc.attend(q, k, v, torch.arange(5), torch.arange(5))
+        b = enc.attend(q, k, v, torch.arange(5) * 7, torch.arange(5) * 7)
     torch.testing.assert_close(a, b)
 
 
 def test_npos_max_defaults_to_train_length_and_layers():
     enc = CoPE(head_dim=4, n_layers=2, train_length=32)
-    assert enc.for_layer(1).npos_max == 32 and enc.for_layer(0) is not enc.for_layer(1)
+    assert enc.npos_max == 32 and enc.for_layer(0) is not enc.for_layer(1)
+    assert [tuple(p.shape) for p in enc.parameters()] == [(4, 32), (4, 32)]
     shared = CoPE(head_dim=4, n_layers=2, train_length=32, npos_max=8, per_layer=False)
-    assert shared.for_layer(0) is shared.for_layer(1) and shared.for_layer(0).npos_max == 8
+    assert shared.for_layer(0) is shared.for_layer(1) and shared.npos_max == 8
+    assert [tuple(p.shape) for p in shared.parameters()] == [(4, 8)]
     with pytest.raises(ValueError, match="npos_max"):
         CoPE(head_dim=4, n_layers=1, train_length=32, npos_max=1)

@@ -85,7 +85,8 @@ def test_c2p_and_p2c_match_hand_computation(block, pos):
 def test_shared_table_per_layer_projections_and_bad_buckets():
     enc = DeBERTa(d_model=8, n_heads=2, n_layers=3, max_relative_positions=4)
     assert enc.rel_embeddings.weight.shape == (8, 8)
-    assert enc.for_layer(0).key_proj is not enc.for_layer(1).key_proj
+    assert enc.for_layer(0) is not enc.for_layer(1)
+    assert enc.layers[0].key_proj is not enc.layers[1].key_proj
     buckets = DeBERTa(
         d_model=8, n_heads=2, n_layers=1, max_relative_positions=64, position_buckets=8
     )

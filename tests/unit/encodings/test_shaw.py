@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from posx.encodings.shaw import Shaw, ShawLayer, shaw_index
+from posx.encodings.shaw import Shaw, shaw_index
 
 
 def test_index_k2_on_8_tokens_matches_the_worked_example():
@@ -28,10 +28,11 @@ def test_index_k2_on_8_tokens_matches_the_worked_example():
     assert torch.equal(shaw_index(pos, pos, 2), expected)
 
 
-def reference(layer: ShawLayer, q, k, v, pos):
+def reference(enc: Shaw, q, k, v, pos):
     """e_ij = q_i.(k_j + w^K_r) / sqrt(d); z_i = sum_j a_ij (v_j + w^V_r), r = clip(j-i)+k."""
     b, h, s, d = q.shape
-    kk = layer.max_relative_position
+    kk = enc.max_relative_position
+    layer = enc.layers[0]
     out = torch.zeros_like(q)
     for bi in range(b):
         p = pos[bi] if pos.dim() == 2 else pos
@@ -50,10 +51,10 @@ def reference(layer: ShawLayer, q, k, v, pos):
 @pytest.mark.parametrize("per_row", [False, True])
 def test_attend_matches_hand_computation(block, per_row):
     gen = torch.Generator().manual_seed(0)
-    layer = ShawLayer(head_dim=4, max_relative_position=2, block_size=block)
+    enc = Shaw(head_dim=4, n_layers=1, max_relative_position=2, block_size=block)
     with torch.no_grad():
-        layer.w_k.normal_(generator=gen)
-        layer.w_v.normal_(generator=gen)
+        enc.layers[0].w_k.normal_(generator=gen)
+        enc.layers[0].w_v.normal_(generator=gen)
     q, k, v = (torch.randn(2, 3, 7, 4, generator=gen) for _ in range(3))
     pos = (
         torch.tensor([[0, 1, 3, 4, 8, 9, 12], [0, 2, 3, 5, 6, 7, 11]])
@@ -61,18 +62,18 @@ def test_attend_matches_hand_computation(block, per_row):
         else torch.arange(7)
     )
     with torch.no_grad():
-        torch.testing.assert_close(layer.attend(q, k, v, pos, pos), reference(layer, q, k, v, pos))
+        torch.testing.assert_close(enc.attend(q, k, v, pos, pos), reference(enc, q, k, v, pos))
 
 
 def test_distances_beyond_k_are_identical():
     """Spreading tokens further apart than k changes nothing; closer than k it does."""
     gen = torch.Generator().manual_seed(1)
-    layer = ShawLayer(head_dim=4, max_relative_position=2, block_size=256)
+    enc = Shaw(head_dim=4, n_layers=1, max_relative_position=2)
     q, k, v = (torch.randn(1, 2, 5, 4, generator=gen) for _ in range(3))
     with torch.no_grad():
-        far = layer.attend(q, k, v, torch.arange(5) * 3, torch.arange(5) * 3)
-        farther = layer.attend(q, k, v, torch.arange(5) * 100, torch.arange(5) * 100)
-        near = layer.attend(q, k, v, torch.arange(5), torch.arange(5))
+        far = enc.attend(q, k, v, torch.arange(5) * 3, torch.arange(5) * 3)
+        farther = enc.attend(q, k, v, torch.arange(5) * 100, torch.arange(5) * 100)
+        near = enc.attend(q, k, v, torch.arange(5), torch.arange(5))
     torch.testing.assert_close(far, farther)
     assert not torch.allclose(far, near)
 

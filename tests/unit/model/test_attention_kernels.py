@@ -33,12 +33,13 @@ DIMS = ["model.d_model=64", "model.n_heads=4", "model.n_layers=2", "train.length
 
 
 def encoding_of(name: str) -> PositionalEncoding:
+    """The last layer's encoding, as attention gets it (a per-layer owner's hooks need a layer)."""
     torch.manual_seed(0)
     enc = build_encoding(compose([f"encoding={name}", *DIMS]))
     with torch.no_grad():  # learned tables start near zero; make the bias matter
         for p in enc.parameters():
             p.normal_(std=1.0)
-    return enc
+    return enc.for_layer(1)
 
 
 def bias_encodings() -> list[str]:
@@ -99,7 +100,8 @@ def test_model_output_does_not_depend_on_the_block_size(name):
 def test_flex_score_mod_equals_blocked(name, pos_kind):
     """The CUDA kernel's score_mod, run by FlexAttention's eager reference on the CPU."""
     enc, pos = encoding_of(name), positions(pos_kind)
-    if not flex_ok(enc):  # its bias cannot be traced: CUDA uses the blocked kernel for it
+    # A bias that cannot be traced: CUDA uses the blocked kernel for it.
+    if not flex_ok(enc, torch.device("cpu")):
         assert choose_kernel(enc, torch.device("cuda"), flex_available=True) == "blocked"
         return
     q, k, v = qkv(1)
@@ -123,13 +125,18 @@ class Untraceable(ALiBi):
 
 
 def test_flex_probe():
-    assert flex_ok(ALiBi(4)) == FLEX_AVAILABLE
-    assert not flex_ok(Untraceable(4))
+    cpu = torch.device("cpu")
+    assert flex_ok(ALiBi(4), cpu) == FLEX_AVAILABLE
+    assert not flex_ok(Untraceable(4), cpu)
     assert choose_kernel(Untraceable(4), torch.device("cuda"), flex_available=True) == "blocked"
 
 
 def test_kernel_choice(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    # The flex probe runs on the attention's device (a per-layer view holds no tensor to tell
+    # it); recorded, not run, since this machine may have no CUDA device.
+    probed = []
+    monkeypatch.setattr(attention, "_probe_flex", lambda enc, dev: probed.append(dev) or True)
     assert choose_kernel(NoPE(), cuda) == "sdpa"
     assert choose_kernel(Attending(), cuda) == "attend"
     assert choose_kernel(ALiBi(4), cpu, flex_available=True) == "blocked"  # CPU flex: no grads
@@ -137,6 +144,7 @@ def test_kernel_choice(monkeypatch):
     assert choose_kernel(ALiBi(4), cuda, flex_available=False) == "blocked"
     monkeypatch.setenv("POSX_ATTENTION", "blocked")
     assert choose_kernel(ALiBi(4), cuda, flex_available=True) == "blocked"
+    assert probed == [cuda]
 
 
 def test_causal_attention_dispatches_on_the_choice(monkeypatch):
