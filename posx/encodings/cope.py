@@ -82,6 +82,9 @@ class CoPELayer(PositionalEncoding):
         # distinct embedding from step 0 (and makes the contract tests see the encoding).
         self.pos_emb = nn.Parameter(torch.randn(head_dim, npos_max) * 0.02)
 
+    def decayed_parameter_names(self) -> set[str]:
+        return {"pos_emb"}  # an embedding table, decayed like the token embedding
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         scale = q.shape[-1] ** -0.5
         gaps = position_gaps(k_pos) if self.gap_weighted else None

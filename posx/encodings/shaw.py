@@ -52,6 +52,9 @@ class ShawLayer(PositionalEncoding):
         self.w_k = nn.Parameter(torch.randn(rows, head_dim) * 0.02)
         self.w_v = nn.Parameter(torch.randn(rows, head_dim) * 0.02)
 
+    def decayed_parameter_names(self) -> set[str]:
+        return {"w_k", "w_v"}  # embedding tables, decayed like the token embedding
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         scale = q.shape[-1] ** -0.5
 

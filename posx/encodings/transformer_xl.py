@@ -73,6 +73,9 @@ class TransformerXLLayer(PositionalEncoding):
         # A plain reference, not a submodule: registering the parent would make a module cycle.
         object.__setattr__(self, "_parent", parent)
 
+    def decayed_parameter_names(self) -> set[str]:
+        return {"w_r"}  # a projection matrix; the parent's u and v are biases (not decayed)
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         u, v_bias = self._parent.u[self.uv_index], self._parent.v[self.uv_index]  # [h, d_h]
         half = self.r_dim // 2
