@@ -109,6 +109,8 @@ def drop_duplicate_runs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     ident = [c for c in ident if c in frame]
     if "run_dir" not in frame or not ident:
         return frame, []
+    if "run_time" not in frame:
+        frame = frame.assign(run_time=0.0)
     runs = frame.drop_duplicates("run_dir")[["run_dir", "run_time", *ident]]
     runs = runs.sort_values(["run_time", "run_dir"])
     warnings, dropped = [], set()

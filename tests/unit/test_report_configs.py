@@ -186,3 +186,18 @@ def test_two_sliding_protocols_of_one_run_are_two_rows(tmp_path):
         "rope · window=8 stride=4": 1,
         "rope · window=8 stride=8": 1,
     }
+
+
+def test_without_a_saved_config_the_stored_fingerprint_tells_runs_apart(tmp_path):
+    for steps, loss in ((300, 2.0), (1000, 1.0)):
+        run = write_run(tmp_path, f"rope_{steps}", config(**{"train.steps": steps}), {8: loss},
+                        fingerprint=True)  # fmt: skip
+        (run / ".hydra" / "config.yaml").unlink()
+    frame = load_evals(tmp_path).set_index("run_dir")
+    assert frame.loc["runs/rope_300", "fingerprint"] == config_fingerprint(
+        config(**{"train.steps": 300})
+    )
+    report = make_report(tmp_path, metric="loss")
+    (table,) = report.tables
+    assert len(table.rows) == 2 and all(r.startswith("rope · config ") for r in table.rows)
+    assert not report.warnings  # the fingerprints are known, so no duplicate and no doubt
