@@ -93,6 +93,19 @@ class PositionalEncoding(nn.Module):
         """
         return parameter_versions(self)
 
+    def decayed_parameter_names(self) -> set[str]:
+        """Names (as in ``named_parameters()``) of this encoding's parameters that take weight
+        decay; the optimizer decays exactly these and no other parameter of the encoding.
+
+        The default decays the weights of ``nn.Linear`` and ``nn.Embedding`` submodules (tables
+        and matrices whose zero means "no positional signal", like the model's own) and asks
+        encodings nested inside for their own declaration. Bare ``nn.Parameter`` s (slopes,
+        kernel parameters, thresholds, biases) are not decayed: weight decay would pull them
+        toward an arbitrary point. An encoding whose paper decides otherwise overrides this;
+        docs/encodings.md lists the choice for every encoding.
+        """
+        return decayed_layer_weights(self)
+
     def for_layer(self, index: int) -> PositionalEncoding:
         """The encoding that layer ``index`` uses; the model asks for every layer.
 
@@ -120,6 +133,25 @@ class PositionalEncoding(nn.Module):
 
 
 NoPE = PositionalEncoding
+
+
+def decayed_layer_weights(module: nn.Module) -> set[str]:
+    """The default weight-decay declaration of ``module``'s parameters, by name.
+
+    ``nn.Linear`` and ``nn.Embedding`` weights are decayed; a nested
+    :class:`PositionalEncoding` answers for its own parameters through
+    :meth:`PositionalEncoding.decayed_parameter_names`; nothing else is decayed.
+    """
+    names: set[str] = set()
+    for name, child in module.named_children():
+        if isinstance(child, PositionalEncoding):
+            inner = child.decayed_parameter_names()
+        elif isinstance(child, (nn.Linear, nn.Embedding)):
+            inner = {"weight"}
+        else:
+            inner = decayed_layer_weights(child)
+        names |= {f"{name}.{n}" for n in inner}
+    return names
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:

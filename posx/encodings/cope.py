@@ -108,6 +108,10 @@ class CoPE(PerLayer):
         self.npos_max, self.gap_weighted, self.block_size = npos_max, gap_weighted, block_size
         self.layers = nn.ModuleList(CoPEEmbeddings(head_dim, npos_max) for _ in range(self.n_sets))
 
+    def decayed_parameter_names(self) -> set[str]:
+        # embedding tables, decayed like the token embedding
+        return {f"layers.{i}.pos_emb" for i in range(len(self.layers))}
+
     def layer_attend(
         self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
     ) -> Tensor:

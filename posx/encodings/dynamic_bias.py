@@ -43,6 +43,10 @@ class DynamicBias(PositionalEncoding):
         layers.append(nn.Linear(width, n_heads))
         self.mlp = nn.Sequential(*layers)
 
+    def decayed_parameter_names(self) -> set[str]:
+        # Swin Transformer V2's reference code exempts this MLP ("cpb_mlp") from weight decay.
+        return set()
+
     def feature(self, dist: Tensor) -> Tensor:
         """MLP input for backward distances ``dist >= 0`` (float32)."""
         d = dist.float()

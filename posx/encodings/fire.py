@@ -69,6 +69,11 @@ class FIRE(PerLayer):
         self.w2 = nn.Parameter(torch.stack(w2))  # [n, heads, width]
         self.b2 = nn.Parameter(torch.stack(b2))  # [n, heads]
 
+    def decayed_parameter_names(self) -> set[str]:
+        # The MLP's weights decay like the model's matrices; its biases, c and the threshold
+        # multiplier do not (zero is no neutral value for c or L). See docs/encodings.md.
+        return {"w1", "w2"}
+
     def threshold(self, layer: int | None = None) -> Tensor:
         """The learned ``L`` of ``layer`` (``None``: the only set), a scalar tensor."""
         return (self.threshold_mult[self.set_index(layer, "threshold")] * self.init_threshold).abs()

@@ -75,6 +75,10 @@ class Shaw(PerLayer):
             ShawTables(head_dim, max_relative_position) for _ in range(self.n_sets)
         )
 
+    def decayed_parameter_names(self) -> set[str]:
+        # embedding tables, decayed like the token embedding
+        return {f"layers.{i}.{n}" for i in range(len(self.layers)) for n in ("w_k", "w_v")}
+
     def layer_attend(
         self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
     ) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posx.encodings.base import PositionalEncoding, as_float
+from posx.encodings.base import PositionalEncoding, exact_dtype
 from posx.encodings.memo import PositionMemo
 
 
@@ -18,12 +18,15 @@ def sinusoidal_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
         base: Wavelength base.
 
     Returns:
-        ``[..., d]`` with sine and cosine interleaved as in the paper.
+        ``[..., d]`` float32, sine and cosine interleaved as in the paper.
     """
-    half = torch.arange(dim // 2, device=pos.device, dtype=torch.float32)
+    # Phases in float64 (where the device has it), like RoPE's and Sandwich's tables: in float32
+    # the angle at position 1e6 is off by up to ulp(1e6) ~ 0.06 rad, and sin/cos by ~1e-2.
+    dtype = exact_dtype(pos.device)
+    half = torch.arange(dim // 2, device=pos.device, dtype=dtype)
     inv_freq = base ** (-2.0 * half / dim)
-    angles = as_float(pos).unsqueeze(-1) * inv_freq  # [..., d/2]
-    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+    angles = pos.to(dtype).unsqueeze(-1) * inv_freq  # [..., d/2]
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2).float()
 
 
 class Sinusoidal(PositionalEncoding):

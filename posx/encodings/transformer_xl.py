@@ -95,6 +95,10 @@ class TransformerXL(PerLayer):
             XLProjection(n_heads, head_dim, r_dim) for _ in range(self.n_sets)
         )
 
+    def decayed_parameter_names(self) -> set[str]:
+        # W_R is a projection matrix; u and v are biases (not decayed)
+        return {f"layers.{i}.w_r" for i in range(len(self.layers))}
+
     def layer_attend(
         self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
     ) -> Tensor:

@@ -87,10 +87,13 @@ def eval_set(
     if cached is not None:
         return cached
     batch = task.eval_set(length, sequences, seed)
+    # Own copies: a task may return views of one tensor (text: inputs and targets are shifted
+    # slices of one window; with a single sequence both are contiguous views of shared
+    # memory), and safetensors refuses to save tensors that share memory.
     tensors = {
-        "inputs": batch.inputs.contiguous(),
-        "targets": batch.targets.contiguous(),
-        "mask": batch.mask.to(torch.bool).contiguous(),
+        "inputs": batch.inputs.contiguous().clone(),
+        "targets": batch.targets.contiguous().clone(),
+        "mask": batch.mask.to(torch.bool).contiguous().clone(),
     }
     atomic_write(path, save(tensors, metadata={"key": key, "length": str(length)}))
     return batch

@@ -1,8 +1,10 @@
 """``posx report``: results below a root -> tables, ranking, exports and plots.
 
-Modules: ``data`` (loading, filters, metric choice, degradation ratio), ``tables`` (summary and
-wide tables), ``rank`` (mean reciprocal rank across tasks), ``export`` (rich, Markdown, LaTeX,
-CSV), ``html`` (one self-contained page) and ``plots`` (matplotlib figures).
+Modules: ``data`` (loading, filters, metric choice, degradation ratio), ``configs`` (config
+fingerprints, duplicates, ``--where``), ``labels`` (row labels, ``--by``, notes on differing
+settings), ``units``, ``tables`` (summary and wide tables), ``rank`` (mean reciprocal rank across
+tasks), ``export`` (rich, Markdown, LaTeX, CSV), ``html`` (one self-contained page) and ``plots``
+(matplotlib figures).
 """
 
 from __future__ import annotations
@@ -14,15 +16,12 @@ from pathlib import Path
 import pandas as pd
 
 from posx.errors import ConfigError
-from posx.report.data import (
-    load_evals,
-    load_positions,
-    load_training,
-    metric_by_task,
-    parse_by,
-    select,
-)
+from posx.report.configs import drop_duplicate_runs, parse_where
+from posx.report.configs import where as where_rows
+from posx.report.data import load_evals, load_positions, load_training, metric_by_task, select
 from posx.report.export import to_csv, to_latex, to_markdown, to_rich
+from posx.report.labels import label_rows, parse_by
+from posx.report.plots_data import position_values, run_labels
 from posx.report.rank import RANK_LENGTHS, rank_table
 from posx.report.tables import WideTable, pivot, summarize
 
@@ -62,6 +61,7 @@ class Report:
     digits: int = 3
     ratio: bool = True
     figures: list | None = None  # drawn on first use, shared by --plot and the HTML page
+    warnings: list[str] = field(default_factory=list)  # e.g. duplicate runs; print on stderr
 
 
 def make_report(
@@ -76,29 +76,48 @@ def make_report(
     rank_lengths: str = "ood",
     digits: int = 3,
     ratio: bool = True,
+    where: Sequence[str] | None = None,
 ) -> Report:
     """Loads, filters and summarises every result below ``root``.
+
+    Runs are grouped by their whole configuration: a duplicate run (same config fingerprint and
+    seed) is dropped with a warning, keeping the newest; rows that share a label but not a
+    configuration are kept apart, and each table notes the settings its rows differ in.
 
     Args:
         root: Results root; every run directory below it counts.
         metric: ``auto`` or a metric column (see ``metric_by_task``).
         tasks, encodings, modes, variants: Filters (see ``data.select``).
-        by: Identity columns compared inside one table (model, train_length, task, mode, seed).
+        by: Compared inside one table: model, train_length, task, mode, seed, or any config
+            key (``train.steps``).
         rank: Include the mean-reciprocal-rank table; None = when 2+ tasks are shown.
         rank_lengths: ``ood`` (eval lengths past training) or ``all``.
         digits: Decimals in the tables.
-        ratio: Show each cell's loss relative to the training length.
+        ratio: Show each cell's metric relative to the same run at its training length.
+        where: ``KEY=VALUE`` filters on any config key or eval column
+            (``model.d_model=128``); all must hold.
     """
     if rank_lengths not in RANK_LENGTHS:
         raise ConfigError(f"unknown --rank-lengths {rank_lengths!r}; choose from ood, all")
     if not 0 <= digits <= 10:
         raise ConfigError(f"--digits must be between 0 and 10, got {digits}")
-    by_cols = parse_by(by)
-    frame = select(load_evals(root), tasks, encodings, modes, variants)
+    frame = load_evals(root)
+    by_cols = parse_by(by, frame)
+    filters = parse_where(where, frame)
+    frame = where_rows(select(frame, tasks, encodings, modes, variants), filters)
     if frame.empty:
         raise ConfigError(f"no eval rows under {root} match the filters")
+    frame, warnings = drop_duplicate_runs(frame)
+    unsaved = sorted(set(frame.loc[frame["fingerprint"] == "", "run_dir"]))
+    if unsaved:
+        warnings.append(
+            f"{len(unsaved)} run(s) have no saved config (.hydra/config.yaml), so runs that "
+            f"differ in config cannot be told apart: {', '.join(unsaved[:3])}"
+            + (" ..." if len(unsaved) > 3 else "")
+        )
+    frame, remarks = label_rows(frame, by_cols)
     summary = summarize(frame, metric, by_cols)
-    tables = pivot(summary, by_cols)
+    tables = pivot(summary, by_cols, remarks)
     show_rank = rank if rank is not None else frame["task"].nunique() > 1
     runs = set(frame["run_dir"])
     positions = load_positions(root)
@@ -107,9 +126,11 @@ def make_report(
         positions = positions[positions["run_dir"].isin(runs)]
         if "status" in positions:
             positions = positions[positions["status"] == "ok"]
+        positions = position_values(positions, frame, metric_by_task(frame, metric))
     training = load_training(root)
     if training is not None:
         training = training[training["run_dir"].isin(runs)]
+        training = training.assign(label=training["run_dir"].map(run_labels(frame)))
     return Report(
         summary=summary,
         tables=tables,
@@ -120,6 +141,7 @@ def make_report(
         rank_lengths=rank_lengths,
         digits=digits,
         ratio=ratio,
+        warnings=warnings,
     )
 
 

@@ -2,7 +2,8 @@
 
 Three tables feed a report: every run's ``eval.csv`` (one row per eval length and protocol),
 ``eval_positions.csv`` (loss per position bucket; optional, older runs lack it) and
-``metrics.csv`` (the training curve, identified through ``run.json``).
+``metrics.csv`` (the training curve, identified through ``run.json``). Eval and position rows
+carry their run's config fingerprint and config keys (:mod:`posx.report.configs`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from posx.errors import ConfigError, PosxError
+from posx.report.configs import PREFIX, attach_configs
+from posx.report.units import AUTO_METRICS
 from posx.results import SCHEMA_VERSION, find_runs, run_info
 
 # One table per combination of these; `--by` moves some of them into the row labels instead.
@@ -43,6 +46,7 @@ NOT_METRICS = {
     "sequences",
     "bucket_start",
     "bucket_end",
+    "run_time",
 }
 
 
@@ -60,7 +64,10 @@ def _read_tables(root: Path, name: str) -> list[pd.DataFrame]:
         if not path.is_file():
             continue
         try:
-            frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+            # A fingerprint of digits only must stay text, not become a number.
+            frame = pd.read_csv(
+                path, keep_default_na=False, na_values=[""], dtype={"fingerprint": str}
+            )
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
             raise PosxError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
         if "schema_version" in frame:
@@ -78,13 +85,15 @@ def load_evals(root: Path) -> pd.DataFrame:
     frames = _read_tables(root, "eval.csv")
     if not frames:
         raise ConfigError(f"no eval.csv found under {root}; run `posx train` or `posx eval` first")
-    return normalize(pd.concat(frames, ignore_index=True))
+    return attach_configs(normalize(pd.concat(frames, ignore_index=True)), root)
 
 
 def load_positions(root: Path) -> pd.DataFrame | None:
     """Every ``eval_positions.csv`` row below ``root``, or None when no run has one."""
     frames = _read_tables(root, "eval_positions.csv")
-    return normalize(pd.concat(frames, ignore_index=True)) if frames else None
+    if not frames:
+        return None
+    return attach_configs(normalize(pd.concat(frames, ignore_index=True)), root)
 
 
 def load_training(root: Path) -> pd.DataFrame | None:
@@ -125,14 +134,6 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
 def _split(values: Sequence[str] | None) -> list[str]:
     """Repeated and comma-separated option values as one list."""
     return [v.strip() for text in values or [] for v in text.split(",") if v.strip()]
-
-
-def parse_by(values: Sequence[str] | None) -> list[str]:
-    by = _split(values)
-    for col in by:
-        if col not in BY_CHOICES:
-            raise ConfigError(f"unknown --by {col!r}; choose from {', '.join(BY_CHOICES)}")
-    return list(dict.fromkeys(by))
 
 
 def _matches_variant(overrides: str, wanted: str) -> bool:
@@ -196,6 +197,7 @@ def metric_columns(frame: pd.DataFrame) -> list[str]:
         for c in frame.columns
         if c not in METRICS
         and c not in NOT_METRICS
+        and not c.startswith(PREFIX)
         and pd.api.types.is_numeric_dtype(frame[c])
         and frame[c].notna().any()
     ]
@@ -215,7 +217,7 @@ def metric_by_task(frame: pd.DataFrame, metric: str) -> dict[str, str]:
     for task, rows in frame[frame["status"] == "ok"].groupby("task"):
         has = [m for m in choices if m in rows and rows[m].notna().any()]
         if metric == "auto":
-            out[task] = next((m for m in ("bpb", "exact_match") if m in has), "loss")
+            out[task] = next((m for m in AUTO_METRICS if m in has), "loss")
         elif metric in has:
             out[task] = metric
         else:
@@ -227,12 +229,13 @@ def metric_by_task(frame: pd.DataFrame, metric: str) -> dict[str, str]:
     return out
 
 
-def add_ratio(frame: pd.DataFrame) -> pd.DataFrame:
-    """Adds ``ratio``: each row's loss over the same run's loss at its training length.
+def add_ratio(frame: pd.DataFrame, column: str = "loss") -> pd.DataFrame:
+    """Adds ``ratio``: each row's ``column`` over the same run's ``column`` at its training length.
 
     The reference is the run's own row at ``eval_length == train_length`` with the same mode,
     protocol and eval-time overrides; when that was never evaluated, the run's plain row (mode
-    ``full``, no overrides) at the training length. Without either, the ratio is NaN.
+    ``full``, no overrides) at the training length. Without either, or when the reference is 0
+    (an exact match of 0 at the training length), the ratio is NaN.
     """
     frame = frame.copy()
     protocol = [
@@ -245,12 +248,15 @@ def add_ratio(frame: pd.DataFrame) -> pd.DataFrame:
         )
     ]
     frame["_protocol"] = protocol
+    values = frame[column].astype(float)
     at_train = frame[(frame["status"] == "ok") & (frame["eval_length"] == frame["train_length"])]
-    same = at_train.groupby(["run_dir", "mode", "_protocol", "overrides"])["loss"].first()
+    at_train = at_train.assign(_value=values)
+    same = at_train.groupby(["run_dir", "mode", "_protocol", "overrides"])["_value"].first()
     plain = at_train[(at_train["mode"] == "full") & (at_train["overrides"] == "")]
-    plain = plain.groupby("run_dir")["loss"].first()
+    plain = plain.groupby("run_dir")["_value"].first()
     keys = pd.MultiIndex.from_frame(frame[["run_dir", "mode", "_protocol", "overrides"]])
     ref = pd.Series(same.reindex(keys).to_numpy(), index=frame.index)
     ref = ref.fillna(frame["run_dir"].map(plain))
-    frame["ratio"] = frame["loss"].where(frame["status"] == "ok") / ref
+    ref = ref.where(ref.abs() > 0)
+    frame["ratio"] = values.where(frame["status"] == "ok") / ref
     return frame.drop(columns="_protocol")

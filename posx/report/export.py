@@ -1,8 +1,10 @@
 """Renders ``WideTable``s and the ranking: terminal (rich), Markdown, LaTeX (booktabs), CSV.
 
-Every format shows the same cells: ``mean ± std`` over seeds, ``×r`` (loss relative to the
-run's own training length), ``n=k`` where a cell has fewer seeds than its row, the best cell per
-column in bold, and ``unsupported [k]``/``failed [k]`` with note ``k`` giving the reason.
+Every format shows the same cells: ``mean ± std`` over seeds, ``×r`` (the table's metric
+relative to the same run at its training length), ``n=k`` where a cell has fewer seeds than its
+row, the best cell per column in bold, and ``unsupported [k]``/``failed [k]`` with note ``k``
+giving the reason. Each title names the metric and its unit; remarks under a table name the
+settings its rows differ in beyond what the table groups by.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from rich.text import Text
 from posx.report.tables import WideTable, cell_parts, title
 
 LEGEND = (
-    "mean ± std over seeds (n = seeds); ×r = loss relative to the same run at its training "
-    "length; best per column in bold"
+    "mean ± std over seeds in the unit of the table's title (n = distinct seeds); L = eval "
+    "length in tokens; ×r = the cell's value over the same run's value at its training length "
+    "(same metric, 1.00 = unchanged); best per column in bold"
 )
 
 
@@ -47,7 +50,8 @@ def to_rich(
     """Rich renderables: one table per scenario (notes as its caption), then the ranking."""
     out: list[Table | Group | Text] = []
     for t in tables:
-        caption = "\n".join(f"[{i}] {note}" for i, note in enumerate(t.notes, 1)) or None
+        lines = [f"[{i}] {note}" for i, note in enumerate(t.notes, 1)]
+        caption = "\n".join([*lines, *(f"note: {r}" for r in t.remarks)]) or None
         # The title goes above as its own line: a table title would wrap to the table's width.
         out.append(Text(title(t.meta), style="bold"))
         table = Table(caption=caption, caption_justify="left")
@@ -132,6 +136,8 @@ def to_markdown(
         lines = [f"**{title(t.meta)}**", "", *_md_table(header, rows)]
         if t.notes:
             lines += ["", *(f"- [{i}] {_md_escape(n)}" for i, n in enumerate(t.notes, 1))]
+        if t.remarks:
+            lines += ["", *(f"- note: {_md_escape(r)}" for r in t.remarks)]
         parts.append("\n".join(lines))
     if rank is not None and len(rank):
         header, rows = _rank_cells(rank)
@@ -222,6 +228,8 @@ def to_latex(
                 rf"\textsuperscript{{{i}}}{tex_escape(n)}" for i, n in enumerate(t.notes, 1)
             )
             lines += [r"\par\smallskip{\footnotesize " + notes + "}"]
+        for remark in t.remarks:
+            lines += [r"\par\smallskip{\footnotesize Note: " + tex_escape(remark) + "}"]
         lines.append(r"\end{table}")
         parts.append("\n".join(lines))
     if rank is not None and len(rank):

@@ -72,6 +72,8 @@ def to_html(
         if t.notes:
             notes = "".join(f"<li>[{i}] {escape(n)}</li>" for i, n in enumerate(t.notes, 1))
             body.append(f'<ul class="notes">{notes}</ul>')
+        for remark in t.remarks:
+            body.append(f'<p class="notes">Note: {escape(remark)}</p>')
     if rank is not None and len(rank):
         header, cells = _rank_cells(rank)
         rows = ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in cells]

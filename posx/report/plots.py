@@ -16,8 +16,10 @@ from typing import Any
 import pandas as pd
 
 from posx.errors import PosxError
-from posx.report.data import IDENTITY, lower_is_better
-from posx.report.tables import WideTable, row_label, title
+from posx.report.data import lower_is_better
+from posx.report.labels import table_keys
+from posx.report.tables import WideTable, title
+from posx.report.units import metric_label, unit
 
 # tab10, then the light tab20 shades: distinct on screen and in print.
 PALETTE = [
@@ -117,7 +119,7 @@ def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
     _train_lines(ax, t.train_lengths.values())
     _log2_lengths(ax, t.lengths)
     ax.set_xlabel("eval length (tokens)")
-    ax.set_ylabel(t.metric)
+    ax.set_ylabel(metric_label(t.metric))
     ax.set_title(title(t.meta), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -151,7 +153,7 @@ def heatmap_figure(t: WideTable, colors: dict[str, str]) -> Any:
         tick.set_color(colors[t.encodings[row]])
     ax.set_xlabel("eval length (tokens)")
     ax.set_title(title(t.meta), fontsize=8)
-    fig.colorbar(image, ax=ax, label=t.metric)
+    fig.colorbar(image, ax=ax, label=metric_label(t.metric))
     return fig
 
 
@@ -164,13 +166,16 @@ def _hatch(x: float, y: float) -> Any:
 def positions_figure(
     meta: dict[str, Any], part: pd.DataFrame, by: Sequence[str], colors: dict[str, str]
 ) -> Any:
-    """Loss per position bucket, mean ± std over seeds, each row at its longest eval length.
+    """The table's metric per position bucket (``plots_data.position_values``), mean ± std
+    over seeds, each row at its longest eval length.
 
     Causal attention makes position p's loss depend on tokens 0..p only, so a row that stops
     at a shorter length (unsupported beyond it) still shows the positions it reached.
     """
     part = part.copy()
-    part["row"] = [row_label(rec, by) for rec in part.itertuples()]
+    if "value" not in part:  # rows without a table behind them: plot the loss
+        part = part.assign(value=part["loss"], metric="loss", table_metric="loss")
+    part["row"] = part["label"] if "label" in part else part["variant"]
     longest = part.groupby("row")["eval_length"].transform("max")
     part = part[part["eval_length"] == longest]
     lengths = sorted(set(longest))
@@ -182,7 +187,7 @@ def positions_figure(
     ax = fig.add_subplot()
     for row in rows:
         runs = part[part["row"] == row]
-        stats = runs.groupby(["bucket_start", "bucket_end"])["loss"].agg(["mean", "std", "count"])
+        stats = runs.groupby(["bucket_start", "bucket_end"])["value"].agg(["mean", "std", "count"])
         stats = stats.reset_index().sort_values("bucket_start")
         mid = (stats["bucket_start"] + stats["bucket_end"]) / 2
         color = colors[encodings[row]]
@@ -199,9 +204,12 @@ def positions_figure(
 
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    drawn = "/".join(sorted(set(part["metric"])))
+    shown = "/".join(sorted(set(part["table_metric"])))
     ax.set_xlabel("position (tokens)")
-    ax.set_ylabel("loss")
-    ax.set_title(f"{title({**meta, 'metric': 'loss'})} · per position at {at}", fontsize=9)
+    ax.set_ylabel(metric_label(drawn))
+    note = "" if drawn == shown else f" ({shown} has no per-position value)"
+    ax.set_title(f"{title({**meta, 'metric': drawn})} · per position at {at}{note}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
@@ -211,21 +219,23 @@ def training_figure(meta: dict[str, Any], part: pd.DataFrame, colors: dict[str, 
     """Training loss vs step, one line per encoding, band = ± std over seeds."""
     fig = _figure()
     ax = fig.add_subplot()
-    for enc, runs in sorted(part.groupby("encoding"), key=lambda kv: str(kv[0])):
+    # One line per row label (a configuration), never an average over different configurations.
+    key = "label" if "label" in part and part["label"].notna().all() else "encoding"
+    for row, runs in sorted(part.groupby(key), key=lambda kv: str(kv[0])):
         stats = runs.groupby("step")["loss"].agg(["mean", "std", "count"]).reset_index()
-        color = colors[str(enc)]
+        color = colors[str(runs["encoding"].iloc[0])]
         ax.plot(
             stats["step"],
             stats["mean"],
             color=color,
-            label=f"{enc} (n={runs['run_dir'].nunique()})",
+            label=f"{row} (n={runs['run_dir'].nunique()})",
         )
         if (stats["count"] > 1).any():
             std = stats["std"].fillna(0)
             ax.fill_between(stats["step"], stats["mean"] - std, stats["mean"] + std,
                             color=color, alpha=0.18, lw=0)  # fmt: skip
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
+    ax.set_ylabel(f"training loss [{unit('loss')}]")
     ax.set_title(
         f"{meta['task']} · model {meta['model']} · trained at {meta['train_length']}", fontsize=9
     )
@@ -259,10 +269,10 @@ def figures(
     for t in tables:
         out.append((slug("length", t.meta, t.metric), length_figure(t, colors)))
         out.append((slug("heatmap", t.meta, t.metric), heatmap_figure(t, colors)))
-    table_keys = [k for k in IDENTITY if k not in by]
+    keys = table_keys(by)
     if positions is not None and len(positions):
-        for key, part in positions.groupby(table_keys) if table_keys else [((), positions)]:
-            meta = dict(zip(table_keys, key if isinstance(key, tuple) else (key,), strict=True))
+        for key, part in positions.groupby(keys) if keys else [((), positions)]:
+            meta = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
             fig = positions_figure(meta, part, by, colors)
             out.append((slug("positions", meta), fig))
     if training is not None and len(training):

@@ -2,7 +2,8 @@
 
 ``summarize`` makes the long table (one row per table key, row label and eval length);
 ``pivot`` turns it into ``WideTable`` objects (rows = variants, columns = eval lengths) that
-every exporter renders the same way.
+every exporter renders the same way. A row is one configuration (``labels.label_rows``): runs
+that differ in config are never averaged, and ``n`` counts distinct seeds.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from typing import Any
 
 import pandas as pd
 
+from posx.errors import PosxError
 from posx.report.data import IDENTITY, add_ratio, lower_is_better, metric_by_task, normalize
-
-BY_LABELS = {"train_length": "L_train", "model": "model", "task": "task", "mode": "mode"}
+from posx.report.labels import Remarks, label_rows, table_keys
+from posx.report.units import metric_label
 
 
 def row_keys(by: Sequence[str]) -> list[str]:
     """Columns that tell the summary's rows apart (seed only when asked for)."""
-    return [*IDENTITY, "variant", "encoding", "overrides", *(["seed"] if "seed" in by else [])]
+    seed = ["seed"] if "seed" in by else []
+    return [*IDENTITY, "label", "variant", "encoding", "overrides", "fingerprint", *seed]
 
 
 def summarize(frame: pd.DataFrame, metric: str = "auto", by: Sequence[str] = ()) -> pd.DataFrame:
@@ -33,31 +36,47 @@ def summarize(frame: pd.DataFrame, metric: str = "auto", by: Sequence[str] = ())
         by: Columns shown side by side in one table (decides which cells compete for best).
 
     Returns:
-        One row per cell with ``metric``, ``mean``, ``std``, ``n`` (seeds with a value),
-        ``ratio_mean``/``ratio_std`` (loss relative to the run's own training length),
-        ``status``/``reason`` (``ok``, or why no seed has a value) and ``best``.
+        One row per cell with ``label``, ``metric``, ``mean``, ``std``, ``n`` (distinct seeds
+        with a value), ``ratio_mean``/``ratio_std`` (the metric relative to the same run at its
+        training length), ``status``/``reason`` (``ok``, or why no seed has a value), ``best``.
+
+    Raises:
+        PosxError: When one seed of one configuration has two values for a cell (duplicate
+            runs; ``configs.drop_duplicate_runs`` keeps one).
     """
+    frame = frame.reset_index(drop=True)
     if "variant" not in frame:
         frame = normalize(frame)
-    if "ratio" not in frame:
-        frame = add_ratio(frame)
+    if "fingerprint" not in frame:
+        frame = frame.assign(fingerprint="")
+    if "label" not in frame:
+        frame, _ = label_rows(frame, by)
     metrics = metric_by_task(frame, metric)
     frame = frame.assign(metric=frame["task"].map(metrics), value=math.nan)
     for name in set(metrics.values()) & set(frame.columns):
         where = frame["metric"] == name
         frame.loc[where, "value"] = frame.loc[where, name].astype(float)
+    frame = add_ratio(frame, "value")  # ×r is a ratio of the metric the table shows
     keys = [*row_keys(by), "metric", "eval_length"]
     ok = frame[(frame["status"] == "ok") & frame["value"].notna()]
-    stats = ok.groupby(keys).agg(
+    twice = ok[ok.duplicated([*keys, "seed"], keep=False)]
+    if len(twice):
+        runs = sorted(set(twice["run_dir"]))
+        raise PosxError(
+            f"seed {twice['seed'].iloc[0]} of one configuration has two values for "
+            f"{twice['label'].iloc[0]} at L={twice['eval_length'].iloc[0]} (runs "
+            f"{', '.join(runs[:2])}); keep one run (make_report drops the older duplicate)"
+        )
+    stats = ok.groupby(keys, dropna=False).agg(
         mean=("value", "mean"),
         std=("value", "std"),
-        n=("value", "count"),
+        n=("seed", "nunique"),
         ratio_mean=("ratio", "mean"),
         ratio_std=("ratio", "std"),
     )
     bad = (
         frame[frame["status"] != "ok"]
-        .groupby(keys)
+        .groupby(keys, dropna=False)
         .agg(status=("status", "first"), reason=("reason", "first"))
     )
     out = stats.join(bad, how="outer").reset_index()
@@ -72,8 +91,7 @@ def summarize(frame: pd.DataFrame, metric: str = "auto", by: Sequence[str] = ())
 def _best(out: pd.DataFrame, by: Sequence[str]) -> pd.Series:
     """True where a cell has the best mean of its column (ties all marked; >= 2 contenders)."""
     best = pd.Series(False, index=out.index)
-    table = [k for k in IDENTITY if k not in by]
-    for _, col in out[out["n"] > 0].groupby([*table, "eval_length"]):
+    for _, col in out[out["n"] > 0].groupby([*table_keys(by), "eval_length"]):
         if len(col) < 2:
             continue
         top = col["mean"].min() if lower_is_better(col["metric"].iloc[0]) else col["mean"].max()
@@ -108,6 +126,7 @@ class WideTable:
     n: dict[str, int]
     cells: dict[tuple[str, int], Cell]
     notes: list[str] = field(default_factory=list)
+    remarks: list[str] = field(default_factory=list)  # unnumbered lines under the table
 
     @property
     def metric(self) -> str:
@@ -117,21 +136,23 @@ class WideTable:
         return self.cells.get((row, length), Cell())
 
 
-def row_label(rec: Any, by: Sequence[str]) -> str:
-    """The variant plus the ``--by`` values that share its table, e.g. ``rope · model=small``."""
-    extra = [f"{BY_LABELS.get(col, col)}={getattr(rec, col)}" for col in by]
-    return " · ".join([str(rec.variant), *extra])
+def pivot(
+    summary: pd.DataFrame, by: Sequence[str] = (), remarks: Remarks | None = None
+) -> list[WideTable]:
+    """One ``WideTable`` per table key; unsupported/failed cells get numbered notes.
 
-
-def pivot(summary: pd.DataFrame, by: Sequence[str] = ()) -> list[WideTable]:
-    """One ``WideTable`` per table key; unsupported/failed cells get numbered notes."""
-    table_keys = [k for k in IDENTITY if k not in by]
+    Args:
+        summary: ``summarize``'s long table.
+        by: The ``--by`` keys it was summarised with.
+        remarks: Lines to print under each table, by table key (``labels.label_rows``).
+    """
+    keys = table_keys(by)
     tables = []
-    groups = summary.groupby(table_keys, sort=True) if table_keys else [((), summary)]
+    groups = summary.groupby(keys, sort=True) if keys else [((), summary)]
     for key, part in groups:
         key = key if isinstance(key, tuple) else (key,)
         metrics = sorted(part["metric"].unique())
-        meta: dict[str, Any] = dict(zip(table_keys, key, strict=True))
+        meta: dict[str, Any] = dict(zip(keys, key, strict=True))
         meta["metric"] = metrics[0] if len(metrics) == 1 else "/".join(metrics)
         meta["by"] = list(by)
         table = WideTable(
@@ -139,7 +160,7 @@ def pivot(summary: pd.DataFrame, by: Sequence[str] = ()) -> list[WideTable]:
         )
         notes: dict[str, int] = {}
         for rec in part.itertuples():
-            label = row_label(rec, by)
+            label = str(rec.label)
             if label not in table.encodings:
                 table.rows.append(label)
                 table.encodings[label] = str(rec.encoding)
@@ -154,6 +175,7 @@ def pivot(summary: pd.DataFrame, by: Sequence[str] = ()) -> list[WideTable]:
                 cell.note = notes.setdefault(text, len(notes) + 1)
             table.cells[(label, int(rec.eval_length))] = cell
         table.notes = list(notes)
+        table.remarks = list((remarks or {}).get(key, []))
         tables.append(table)
     return tables
 
@@ -166,12 +188,12 @@ def title(meta: dict[str, Any]) -> str:
     if "model" in meta:
         parts.append(f"model {meta['model']}")
     if "train_length" in meta:
-        parts.append(f"trained at {meta['train_length']}")
+        parts.append(f"trained at {meta['train_length']} tokens")
     if "mode" in meta:
         parts.append(f"mode {meta['mode']}")
     metric = str(meta["metric"])
     arrow = "lower is better" if lower_is_better(metric.split("/")[0]) else "higher is better"
-    parts.append(f"{metric} ({arrow})")
+    parts.append(f"{metric_label(metric)}, {arrow}")
     return " · ".join(parts)
 
 
@@ -185,7 +207,8 @@ def fmt_value(cell: Cell, digits: int = 3) -> str:
 
 
 def fmt_ratio(cell: Cell, length: int, train_length: int) -> str:
-    """``×1.52`` (loss relative to the training length), empty at the training length itself."""
+    """``×1.52`` (the table's metric relative to the same run at its training length), empty at
+    the training length itself."""
     if cell.n == 0 or math.isnan(cell.ratio) or length == train_length:
         return ""
     return f"×{cell.ratio:.2f}"

@@ -156,4 +156,4 @@ def test_rich_shows_notes_best_and_ranking(report):
     text = console.export_text()
     assert "unsupported [1]" in text and "[1] unsupported: 50% of the table | too long" in text
     assert "3.200 ± 0.283 ×2.92" in text and "Ranking across tasks" in text
-    assert "copy · model tiny · trained at 8 · mode full · loss (lower is better)" in text
+    assert "copy · model tiny · trained at 8 tokens · mode full · loss [nats/token], lower" in text

@@ -71,16 +71,17 @@ def test_mean_std_n_by_hand():
     assert math.isnan(got.loc[("learned", 8), "std"])
 
 
-def test_ratio_is_loss_over_the_runs_own_training_length_loss():
+def test_ratio_is_the_metric_over_the_runs_own_value_at_its_training_length():
     got = cells(summarize(frame(), "loss"))
     # a: seed 0 2.0/1.0 = 2, seed 1 3.0/2.0 = 1.5
     assert got.loc[("a", 16), "ratio_mean"] == pytest.approx(1.75)
     assert got.loc[("a", 16), "ratio_std"] == pytest.approx(math.sqrt(2 * 0.25**2))
     assert got.loc[("a", 8), "ratio_mean"] == pytest.approx(1.0)
     assert got.loc[("a [encoding.base=9]", 16), "ratio_mean"] == pytest.approx(1.5)
-    # the ratio is of the loss whatever metric the table shows
+    # ×r is a ratio of the metric the table shows, here accuracy acc = 1 / (1 + loss):
+    # a seed 0 (1/3)/(1/2) = 2/3, seed 1 (1/4)/(1/3) = 3/4 (it used to be the loss ratio, 1.75)
     acc = cells(summarize(frame(), "acc"))
-    assert acc.loc[("a", 16), "ratio_mean"] == pytest.approx(1.75)
+    assert acc.loc[("a", 16), "ratio_mean"] == pytest.approx((2 / 3 + 3 / 4) / 2)
 
 
 def test_ratio_prefers_the_same_variant_and_protocol():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -152,6 +153,31 @@ def test_sinusoidal_embed_adds_scaled_table():
     assert out.shape == (2, 3, 8)
     assert out[1, 2, 0].item() == pytest.approx(math.sin(2.0), abs=1e-6)
     assert out[1, 2, 1].item() == pytest.approx(math.cos(2.0), abs=1e-6)
+
+
+FAR = [10_000, 12_345, 54_321, 100_000, 314_159, 999_999, 1_000_000]
+
+
+def _sinusoid_float64(positions, d, base=10000.0):
+    """The paper's formula in float64 (numpy), independent of the code under test."""
+    p = np.asarray(positions, dtype=np.float64)[:, None]
+    angles = p / base ** (2 * np.arange(d // 2) / d)
+    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(len(positions), d)
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.float64])
+def test_sinusoidal_table_is_exact_at_large_positions(dtype):
+    # float32 phases drift by ~1e-2 at 1e6 (the angle itself is off by ulp(1e6) ~ 0.06 rad).
+    got = sinusoidal_table(torch.tensor(FAR, dtype=dtype), 64)
+    want = _sinusoid_float64(FAR, 64)
+    assert np.abs(got.double().numpy() - want).max() < 1e-6
+
+
+def test_sinusoidal_embed_is_exact_at_large_positions():
+    enc = Sinusoidal(d_model=32, scale=1.0)
+    out = enc.embed(torch.zeros(1, len(FAR), 32), torch.tensor(FAR))
+    assert out.dtype == torch.float32
+    assert np.abs(out[0].double().numpy() - _sinusoid_float64(FAR, 32)).max() < 1e-6
 
 
 def test_sinusoidal_rejects_odd_width():

@@ -7,7 +7,9 @@ from pathlib import Path
 import torch
 
 from posx.evaluation.data import eval_set, results_root
+from posx.tasks.base import Batch
 from posx.tasks.synthetic.copy import CopyTask
+from posx.tasks.text import TextTask
 
 
 class CountingCopy(CopyTask):
@@ -67,3 +69,35 @@ def test_results_root_of_runs_and_sweeps(tmp_path):
     assert results_root(tmp_path / "runs" / "r1") == tmp_path.resolve()
     assert results_root(tmp_path / "sweeps" / "s1" / "r1") == tmp_path.resolve()
     assert results_root(Path(tmp_path / "elsewhere" / "r1")) == (tmp_path / "elsewhere").resolve()
+
+
+class SharedStorageTask(CopyTask):
+    """Returns inputs and targets as overlapping views of one tensor, as the text task does:
+    with one sequence both views are contiguous, so ``.contiguous()`` keeps them shared."""
+
+    def eval_set(self, length, num_sequences, seed):
+        window = torch.arange(num_sequences * (length + 1)).view(num_sequences, length + 1)
+        mask = torch.ones(num_sequences, length, dtype=torch.bool)
+        return Batch(window[:, :-1], window[:, 1:], mask)
+
+
+def test_one_sequence_whose_tensors_share_memory_is_cached(tmp_path):
+    # `posx eval RUN --lengths 1024 eval.tokens=1024` on text: one sequence, whose inputs and
+    # targets are views of one window; safetensors refused to save them ("share memory").
+    a = eval_set(SharedStorageTask(), 8, 1, 0, tmp_path, CFG)
+    b = eval_set(SharedStorageTask(), 8, 1, 0, tmp_path, CFG)
+    assert torch.equal(a.inputs, torch.arange(8).unsqueeze(0))
+    assert torch.equal(a.targets, torch.arange(1, 9).unsqueeze(0))
+    for x, y in ((a.inputs, b.inputs), (a.targets, b.targets), (a.mask, b.mask)):
+        assert torch.equal(x, y)
+    assert len(list(tmp_path.glob("*.safetensors"))) == 1
+
+
+def test_one_text_sequence_is_cached(tmp_path):
+    corpus = tmp_path / "corpus.bin"
+    corpus.write_bytes(bytes(range(256)) * 8)
+    task = TextTask(str(corpus), val_fraction=0.5)
+    made = eval_set(task, 16, 1, 0, tmp_path / "cache", {"corpus": str(corpus)})
+    again = eval_set(task, 16, 1, 0, tmp_path / "cache", {"corpus": str(corpus)})
+    assert made.inputs.shape == (1, 16) and torch.equal(made.targets, again.targets)
+    assert torch.equal(made.targets[0, :-1], made.inputs[0, 1:])

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from posx.config import CONFIG_DIR
 from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE
 from posx.encodings.rope import RoPE
@@ -130,7 +131,15 @@ def test_causal_attention_with_rope_matches_reference():
 
 # --- reuse of position-derived tensors (PositionMemo) ------------------------------------------
 
-MEMO_ENCODINGS = ["rope", "xpos", "alibi", "alibi_learned", "t5", "kerple_log", "fire"]
+# Every encoding yaml (a new one is checked without editing this list): a table or bias cached
+# from positions must go stale when the parameters it reads change.
+MEMO_ENCODINGS = sorted(p.stem for p in (CONFIG_DIR / "encoding").glob("*.yaml"))
+
+
+def test_every_encoding_yaml_is_checked_for_stale_caches():
+    assert {"rope", "alibi_learned", "kerple_log", "fire", "cope", "sinusoidal"} <= set(
+        MEMO_ENCODINGS
+    )
 
 
 @pytest.mark.parametrize("encoding", MEMO_ENCODINGS)
