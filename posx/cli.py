@@ -107,6 +107,7 @@ def eval_(
     (e.g. `encoding.base=40000`) and are recorded in every row, as are --mode, --window and
     --stride (in their own columns).
     """
+    from posx.report.units import eval_summary
     from posx.runs import evaluate_runs, select_runs
     from posx.runs.evaluation import failures, protocol_overrides
 
@@ -128,13 +129,8 @@ def eval_(
         err_console.print(f"posx: skipping: {why}", markup=False, style="red")
 
     def show(run: Path, rows: list[dict]) -> None:
-        cells = "  ".join(
-            f"L={r['eval_length']}: {r['loss']:.3f}"
-            if r["status"] == "ok"
-            else f"L={r['eval_length']}: {r['status']}"
-            for r in rows
-        )
-        console.print(f"[bold]{run.name}[/] loss  {cells}")
+        # the report's metric and unit for this task (bits/byte for text, exact match ...)
+        console.print(f"[bold]{run.name}[/]  " + "  ".join(eval_summary(r) for r in rows))
 
     done = evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show)
     console.print(
@@ -174,8 +170,14 @@ def report(
     by: list[str] = typer.Option(
         None,
         "--by",
-        help="Compare model, train_length, task, mode or seed side by side in one table "
-        "(default: one table each).",
+        help="Compare model, train_length, task, mode, seed or any config key (e.g. "
+        "train.steps) side by side in one table (default: one table each).",
+    ),
+    where: list[str] = typer.Option(
+        None,
+        "--where",
+        help="Keep runs whose config key (or eval.csv column) has this value, KEY=VALUE, e.g. "
+        "model.d_model=128 (repeatable; all must hold).",
     ),
     rank: bool = typer.Option(
         None,
@@ -187,7 +189,9 @@ def report(
         "ood", "--rank-lengths", help="Rank on 'ood' (past the training length) or 'all' lengths."
     ),
     ratio: bool = typer.Option(
-        True, "--ratio/--no-ratio", help="Show loss relative to the training length (×r)."
+        True,
+        "--ratio/--no-ratio",
+        help="Each cell relative to the same run at its training length (×r, same metric).",
     ),
     digits: int = typer.Option(3, "--digits", help="Decimals in the tables."),
     fmt: str = typer.Option(
@@ -207,8 +211,21 @@ def report(
 
     kind = output_format(fmt, output)
     result = make_report(
-        root, metric, task, encoding, mode, variant, by, rank, rank_lengths, digits, ratio
+        root,
+        metric,
+        task,
+        encoding,
+        mode,
+        variant,
+        by,
+        rank,
+        rank_lengths,
+        digits,
+        ratio,
+        where=where,
     )
+    for warning in result.warnings:
+        err_console.print(f"posx: warning: {warning}", markup=False, style="yellow")
     if kind == "rich" or (output is not None and fmt is None):
         for renderable in rich_renderables(result):
             console.print(renderable)

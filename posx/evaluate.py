@@ -30,6 +30,7 @@ from posx.evaluation.buckets import bucket_rows
 from posx.evaluation.data import CACHE_DIR, eval_set, results_root
 from posx.evaluation.memory import PeakMemory
 from posx.evaluation.protocol import Protocol, Tally, resolve_protocol, score
+from posx.fingerprint import run_fingerprint
 from posx.model.transformer import TransformerLM
 from posx.results import SCHEMA_VERSION, merge_rows, run_config, run_info
 from posx.tasks.base import Batch, Task
@@ -236,6 +237,8 @@ def evaluate_run(
         "train_length": info["train_length"],
         "overrides": recorded_overrides(overrides),
         "eval_seed": cfg.eval.seed,
+        # from the saved config: `cfg` here carries the eval-time overrides
+        "fingerprint": run_fingerprint(run_dir) or info.get("fingerprint", ""),
         "device": dev.type,
     }
     rows = [{**ident, **r} for r in rows]

@@ -32,6 +32,7 @@ FINGERPRINT_CHARS = 12
 NOT_IDENTITY: dict[str, str] = {
     "seed": "the replicate: runs that differ only in seed are one experiment",
     "root": "where results are written",
+    "invocation": "when and by which `posx train` call the run was started",
     "hydra": "output directories and launcher settings",
     "train.device": "where it ran (recorded per eval row as `device`)",
     "train.threads": "CPU threads",

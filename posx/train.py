@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
@@ -29,10 +28,13 @@ from posx.distributed import (
     shard,
 )
 from posx.errors import Interrupted, PosxError
+from posx.fingerprint import run_fingerprint
+from posx.losses import masked_loss
 from posx.model.transformer import TransformerLM
+from posx.optim import lr_at, make_optimizer
 from posx.positions import step_positions
 from posx.results import SCHEMA_VERSION, write_csv, write_json
-from posx.tasks.base import Batch, Task
+from posx.tasks.base import Task
 
 
 @dataclass
@@ -43,35 +45,6 @@ class Trained:
     summary: dict[str, Any]
     model: TransformerLM
     task: Task
-
-
-def lr_at(step: int, cfg: DictConfig) -> float:
-    """Linear warmup to ``lr``, then cosine decay to ``lr * min_lr_ratio`` at the last step."""
-    t = cfg.train
-    if step < t.warmup_steps:
-        return t.lr * (step + 1) / t.warmup_steps
-    progress = (step - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
-    floor = t.lr * t.min_lr_ratio
-    return floor + 0.5 * (t.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def masked_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Mean cross-entropy over the scored targets. ``logits [b, s, V]``."""
-    targets = batch.targets.masked_fill(~batch.mask, -100)
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
-
-
-def make_optimizer(
-    model: torch.nn.Module, cfg: DictConfig, device: torch.device
-) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not norms, biases or scalar tables)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.train.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    betas = (cfg.train.beta1, cfg.train.beta2)
-    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=betas, fused=device.type == "cuda")
 
 
 def run_meta(
@@ -92,6 +65,8 @@ def run_meta(
         "train_length": cfg.train.length,
         "steps": cfg.train.steps,
         "task_info": task_info,
+        # the whole configuration minus seed and bookkeeping: what `posx report` groups by
+        "fingerprint": run_fingerprint(run_dir, cfg),
     }
 
 

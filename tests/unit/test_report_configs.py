@@ -201,3 +201,14 @@ def test_without_a_saved_config_the_stored_fingerprint_tells_runs_apart(tmp_path
     (table,) = report.tables
     assert len(table.rows) == 2 and all(r.startswith("rope · config ") for r in table.rows)
     assert not report.warnings  # the fingerprints are known, so no duplicate and no doubt
+
+
+def test_cli_report_passes_where_and_by_and_prints_duplicate_warnings(tmp_path, cli):
+    write_run(tmp_path, "rope_1000", config(**{"train.steps": 1000}), {8: 1.0, 16: 2.0})
+    write_run(tmp_path, "rope_300", config(**{"train.steps": 300}), {8: 1.5, 16: 3.5})
+    write_run(tmp_path, "rope_300b", config(**{"train.steps": 300}), {8: 1.5, 16: 3.5}, age=50)
+    out = cli("report", "--root", str(tmp_path), "--metric", "loss", "--by", "train.steps",
+              "--where", "train.steps=300", "--format", "md")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "train.steps=300" in out.stdout and "train.steps=1000" not in out.stdout
+    assert "posx: warning:" in out.stderr and "rope_300b" in out.stderr
