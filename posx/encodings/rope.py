@@ -171,7 +171,9 @@ class RoPE(PositionalEncoding):
         layer and by later steps at the same positions."""
 
         def compute() -> Tensor:
-            return self.rotation(*self.cos_sin(pos, seq_len), dtype).unsqueeze(-3)
+            # The head axis goes just before the sequence axis, counted from the front: the
+            # complex form ends in ``[s, r/2]`` but the real (bf16) form in ``[s, r, 2]``.
+            return self.rotation(*self.cos_sin(pos, seq_len), dtype).unsqueeze(pos.dim() - 1)
 
         return self._memo.get((seq_len, dtype, self._table_version), (pos,), compute)
 
