@@ -224,6 +224,19 @@ def test_dynamic_bias_integer_table_path_equals_direct_path():
     torch.testing.assert_close(enc.bias(q, k), enc.bias(q.float(), k.float()))
 
 
+@pytest.mark.parametrize("floats", [False, True])
+def test_dynamic_bias_mlp_runs_in_float32_under_autocast(floats):
+    """A bf16 MLP rounds at each of its layers (4x the error of rounding the result once)."""
+    torch.manual_seed(5)
+    enc = DynamicBias(n_heads=2)
+    pos = torch.arange(64).float() if floats else torch.arange(64)
+    ref = enc.bias(pos, pos)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = enc.bias(pos, pos)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)
+
+
 # --- every bias: blocked (per query block) and FlexAttention (per pair) agree ------------------
 
 
