@@ -30,6 +30,8 @@ class DynamicBias(PositionalEncoding):
         log_distance: Feed ``log(1 + d)`` rather than ``d`` (better beyond the trained range).
     """
 
+    relative_bias = True  # a function of q - k alone
+
     def __init__(
         self, n_heads: int, width: int = 64, depth: int = 2, log_distance: bool = True
     ) -> None:

@@ -60,6 +60,10 @@ class LayerView(PositionalEncoding):
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return self.owner.layer_bias(q_pos, k_pos, self.index)
 
+    @property
+    def relative_bias(self) -> bool:  # type: ignore[override]
+        return self.owner.relative_bias
+
     def unsupported_reason(self, length: int) -> str | None:
         return self.owner.unsupported_reason(length)
 

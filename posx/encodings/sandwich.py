@@ -34,6 +34,8 @@ class Sandwich(PositionalEncoding):
         base: Sinusoid base (10000 in the paper).
     """
 
+    relative_bias = True  # a function of q - k alone
+
     def __init__(
         self, n_heads: int, d_model: int, dim: int | None = None, base: float = 10000.0
     ) -> None:
