@@ -9,6 +9,8 @@ Sandwich's profile, the position memo) must also be rebuilt, not reused, for ano
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -17,6 +19,8 @@ from posx.encodings.memo import PositionMemo
 from posx.encodings.rope import RoPE
 from posx.encodings.rope_scaling import SCALING_TYPES
 from posx.encodings.sandwich import Sandwich
+from posx.encodings.t5 import T5Bias
+from posx.model.flex import FLEX_AVAILABLE, distance_table, flex_bias_attention
 
 CASES = [(n.stem, ()) for n in sorted((CONFIG_DIR / "encoding").glob("*.yaml"))] + [
     ("rope", (f"encoding.scaling.type={kind}", "encoding.scaling.factor=4"))
@@ -92,3 +96,16 @@ def test_position_memo_keeps_devices_apart():
     memo.get("k", (torch.arange(3),), lambda: compute("cpu"))
     got = memo.get("k", (torch.arange(3, device="meta"),), lambda: compute("meta"))
     assert calls == ["cpu", "meta"] and got.device.type == "meta"
+
+
+@pytest.mark.skipif(not FLEX_AVAILABLE, reason="torch without FlexAttention")
+def test_flex_attention_makes_its_table_and_mask_on_the_inputs_device():
+    enc = T5Bias(4)
+    q = torch.randn(2, 4, 16, 8)
+    pos = torch.stack([torch.arange(16), torch.arange(16) + 9])
+    with torch.device("meta"), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the unfused reference warns that it is unfused
+        table, lowest = distance_table(pos, pos, enc.bias)
+        out = flex_bias_attention(q, q, q, pos, pos, enc.bias, compile=False)
+    assert table.device.type == lowest.device.type == out.device.type == "cpu"
+    assert torch.isfinite(out).all()
