@@ -74,7 +74,7 @@ def train_step(model, tokens, precision: str, fused: bool) -> tuple[float, list[
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-    return float(loss), [p.detach().clone() for p in model.parameters()]
+    return loss.detach().item(), [p.detach().clone() for p in model.parameters()]
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
