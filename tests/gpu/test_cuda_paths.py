@@ -17,6 +17,7 @@ from posx.build import build_encoding, build_model
 from posx.config import CONFIG_DIR
 from posx.encodings.base import NoPE
 from posx.encodings.rope import RoPE
+from posx.evaluation.memory import PeakMemory
 from posx.launch import compose_config
 from posx.model.attention import blocked_bias_attention, causal_attention
 from posx.model.flex import flex_bias_attention, flex_unsupported_reason
@@ -142,3 +143,10 @@ def test_fused_adamw_equals_foreach_on_the_gpu():
         params.append([p.detach().clone() for p in model.parameters()])
     for a, b in zip(*params, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_peak_memory_reads_the_gpu_allocator():
+    with PeakMemory(CUDA) as mem:
+        block = torch.empty(64 * 2**20, dtype=torch.uint8, device=CUDA)  # 64 MiB
+        del block
+    assert 64 <= mem.delta_mb < 80

@@ -228,6 +228,25 @@ def test_flex_score_mod_gradients_equal_blocked(name, pos_kind):
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["t5", "kerple_log"])
+def test_learned_bias_cpu_shortcut_equals_the_sdpa_call_cuda_makes(name):
+    """A bias that needs a gradient: on CUDA the blocked kernel hands it to SDPA as a mask, on
+    the CPU to a written-out softmax (SDPA's fused CPU kernel has no mask gradient). Same
+    outputs and gradients."""
+    enc, pos = encoding_of(name), positions("per_row")
+    owner = getattr(enc, "owner", enc)
+    results = []
+    for attend in (attention._attention_with_learned_bias, F.scaled_dot_product_attention):
+        q, k, v = qkv(4, grad=True)
+        owner.zero_grad(set_to_none=True)
+        bias = enc.bias(pos, pos).masked_fill(torch.ones(S, S).triu(1).bool(), float("-inf"))
+        out = attend(q, k, v, bias)
+        (out * torch.linspace(-1, 1, D)).sum().backward()
+        results.append([out, q.grad, k.grad, v.grad, *(p.grad for p in owner.parameters())])
+    for got, expected in zip(*results, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
 class Attending(PositionalEncoding):
     def attend(self, q, k, v, q_pos, k_pos):
         return v
