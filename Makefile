@@ -9,7 +9,7 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.posx-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install shakespeare demo test test-slow lint format clean bench bench-eval
+.PHONY: help install shakespeare demo test test-slow test-gpu lint format clean bench bench-eval
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ test: $(STAMP) ## Run the test suite (slow tests excluded)
 
 test-slow: $(STAMP) ## Run only the slow tests
 	$(BIN)/python -m pytest -q -m slow
+
+test-gpu: $(STAMP) ## Run the tests that need a CUDA GPU (tests/gpu; they skip without one)
+	$(BIN)/python -m pytest -q -m cuda
 
 bench: $(STAMP) ## Training/eval tokens/s of every encoding vs plain PyTorch and x-transformers (6-8 min)
 	@$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install --quiet -e ".[bench]" \

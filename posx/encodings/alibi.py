@@ -37,6 +37,8 @@ class ALiBi(PositionalEncoding):
         n_heads: Number of attention heads (one slope each).
     """
 
+    relative_bias = True  # a function of q - k alone
+
     def __init__(self, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads

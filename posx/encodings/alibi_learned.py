@@ -24,6 +24,8 @@ class ALiBiLearned(PerLayer):
         per_layer: Learn a slope set per layer (default: one shared set, like ALiBi).
     """
 
+    relative_bias = True  # a function of q - k alone
+
     def __init__(self, n_heads: int, n_layers: int = 1, per_layer: bool = False) -> None:
         super().__init__(n_layers, per_layer)
         self.n_heads = n_heads

@@ -24,9 +24,14 @@ class PositionalEncoding(nn.Module):
     Attributes:
         max_len: Largest number of positions the encoding can represent, or ``None`` when it
             has no limit. The evaluator reports lengths beyond it as unsupported.
+        relative_bias: ``bias(q_pos, k_pos)`` depends on ``q_pos - k_pos`` alone. Attention may
+            then evaluate it once per distance (a ``[h, distances]`` table), which is how
+            FlexAttention runs it; a bias that also reads the positions themselves must leave
+            this ``False``.
     """
 
     max_len: int | None = None
+    relative_bias: bool = False
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """Adds absolute position information to token embeddings.

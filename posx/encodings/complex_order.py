@@ -66,9 +66,14 @@ class ComplexOrder(PositionalEncoding):
             self.frequency.bias.copy_(base ** (-2.0 * torch.arange(half) / d_model))
 
     def word_parameters(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(r, omega, theta)`` ``[b, s, d/2]`` each, from token embeddings ``x [b, s, d]``."""
-        x_hat = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-12).to(x.dtype)
-        return self.amplitude(x), self.frequency(x_hat), self.phase(x_hat)
+        """``(r, omega, theta)`` ``[b, s, d/2]`` each, from token embeddings ``x [b, s, d]``;
+        ``omega`` and ``theta`` in float32 (see :meth:`embed`)."""
+        x_hat = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-12)
+        # Autocast would run these in bf16 (8 bits of mantissa): at position 1000 a frequency
+        # rounded by 0.4% is off by radians. The phases need float32 from the start.
+        with torch.autocast(x.device.type, enabled=False):
+            omega, theta = self.frequency(x_hat), self.phase(x_hat)
+        return self.amplitude(x), omega, theta
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         r, omega, theta = self.word_parameters(x)

@@ -119,6 +119,8 @@ class CoPE(PerLayer):
         gaps = position_gaps(k_pos) if self.gap_weighted else None
         emb = self.layers[layer].pos_emb.float()
 
+        # float32 under autocast too: bf16 gates summed over hundreds of keys misplace p_ij.
+        @torch.autocast(q.device.type, enabled=False)
         def scores(i0: int, i1: int) -> tuple[Tensor, None]:
             qb = q[..., i0:i1, :].float()
             logits = (qb @ k[..., :i1, :].float().transpose(-1, -2)) * scale  # [b, h, bq, i1]

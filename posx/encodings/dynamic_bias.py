@@ -30,6 +30,8 @@ class DynamicBias(PositionalEncoding):
         log_distance: Feed ``log(1 + d)`` rather than ``d`` (better beyond the trained range).
     """
 
+    relative_bias = True  # a function of q - k alone
+
     def __init__(
         self, n_heads: int, width: int = 64, depth: int = 2, log_distance: bool = True
     ) -> None:
@@ -53,6 +55,12 @@ class DynamicBias(PositionalEncoding):
         return torch.log1p(d) if self.log_distance else d
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        # float32 under autocast too: a bf16 MLP rounds at every layer, and the bias is a
+        # function of positions alone (no activations), cheap to keep exact.
+        with torch.autocast(q_pos.device.type, enabled=False):
+            return self._bias(q_pos, k_pos)
+
+    def _bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         # Future keys (negative distance) are masked by attention; clamp them onto distance 0.
         floats = q_pos.is_floating_point() or k_pos.is_floating_point()
         if floats or not values_are_concrete(q_pos):  # fractional, or traced per pair

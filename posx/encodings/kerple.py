@@ -44,6 +44,8 @@ def _bounded_raw(value: Tensor) -> Tensor:
 class _Kerple(PerLayer):
     """Shared parts: two ``[n_sets, h]`` raw parameters and the ``|i - j|`` distance."""
 
+    relative_bias = True  # a function of q - k alone
+
     def __init__(
         self, n_heads: int, n_layers: int, per_layer: bool, r1_init: Tensor, r2_raw: Tensor
     ) -> None:

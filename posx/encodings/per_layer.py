@@ -129,6 +129,7 @@ class LayerView(PositionalEncoding):
         self.max_len = owner.max_len
         self.owner_name = type(owner).__name__
         self._has_bias, self._has_attend = owner.has_bias, owner.has_attend
+        self.relative_bias = owner.relative_bias  # FlexAttention's per-distance table applies
         # The owner's bound methods, not the owner: assigning a module would register it as a
         # child of its own view, a module cycle (owner -> view -> owner).
         self._layer_bias = owner.layer_bias

@@ -83,11 +83,10 @@ class RoPE(PositionalEncoding):
         # Within the trained length the frequencies are the trained ones: use the static table.
         return seq_len if seq_len > (self.scaling.original_length or 0) else None
 
-    def _frequencies(self, seq_len: int | None) -> Tensor:
+    def _frequencies(self, seq_len: int | None, device: torch.device) -> Tensor:
         if seq_len is None:
-            return self._freq
-        freq = scaled_inv_freq(self.scaling, self.base, self.rot_dim, seq_len=seq_len)
-        return freq.to(self._freq.device)
+            return self._freq.to(device)
+        return scaled_inv_freq(self.scaling, self.base, self.rot_dim, seq_len, device=device)
 
     def cos_sin(self, pos: Tensor, seq_len: int | None = None) -> tuple[Tensor, Tensor]:
         """cos and sin ``[..., r/2]`` (float32) at ``pos``, with the attention scale folded in.
@@ -99,27 +98,28 @@ class RoPE(PositionalEncoding):
             seq_len: Dynamic NTK's sequence length (``None`` for the other types).
         """
         if pos.is_floating_point():
-            angles = pos.float().unsqueeze(-1) * self._frequencies(seq_len)
+            angles = pos.float().unsqueeze(-1) * self._frequencies(seq_len, pos.device)
             cos, sin = angles.cos(), angles.sin()
         else:
             need = int(pos.max()) + 1
             key = -1 if seq_len is None else seq_len
-            if key != self._table_len:
+            if key != self._table_len or self._cos.device != pos.device:
                 # Dynamic NTK: another length means other frequencies for every position.
-                self._build_table(max(need, seq_len or 256), seq_len)
+                self._build_table(max(need, seq_len or 256), seq_len, pos.device)
             elif need > self._cos.shape[0]:
-                self._build_table(max(need, 2 * self._cos.shape[0], 256), seq_len)
+                self._build_table(max(need, 2 * self._cos.shape[0], 256), seq_len, pos.device)
             cos, sin = self._cos[pos], self._sin[pos]
             return cos, sin  # the table already carries the attention scale
         if self.attn_scale != 1.0:
             cos, sin = cos * self.attn_scale, sin * self.attn_scale
         return cos, sin
 
-    def _build_table(self, size: int, seq_len: int | None) -> None:
-        dtype = exact_dtype(self._freq.device)  # float64: phases stay exact at 1e6 positions
-        pos = torch.arange(size, device=self._freq.device, dtype=dtype)
-        freq = scaled_inv_freq(self.scaling, self.base, self.rot_dim, seq_len or 0, dtype)
-        angles = pos[:, None] * freq.to(pos.device)
+    def _build_table(self, size: int, seq_len: int | None, device: torch.device) -> None:
+        """cos/sin ``[size, r/2]`` on ``device`` (the positions'), where lookups happen."""
+        dtype = exact_dtype(device)  # float64: phases stay exact at 1e6 positions
+        pos = torch.arange(size, device=device, dtype=dtype)
+        freq = scaled_inv_freq(self.scaling, self.base, self.rot_dim, seq_len or 0, dtype, device)
+        angles = pos[:, None] * freq
         self._cos = (angles.cos() * self.attn_scale).float()
         self._sin = (angles.sin() * self.attn_scale).float()
         self._table_len = -1 if seq_len is None else seq_len
@@ -171,7 +171,9 @@ class RoPE(PositionalEncoding):
         layer and by later steps at the same positions."""
 
         def compute() -> Tensor:
-            return self.rotation(*self.cos_sin(pos, seq_len), dtype).unsqueeze(-3)
+            # The head axis goes just before the sequence axis, counted from the front: the
+            # complex form ends in ``[s, r/2]`` but the real (bf16) form in ``[s, r, 2]``.
+            return self.rotation(*self.cos_sin(pos, seq_len), dtype).unsqueeze(pos.dim() - 1)
 
         return self._memo.get((seq_len, dtype, self._table_version), (pos,), compute)
 

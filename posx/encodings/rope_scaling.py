@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posx.encodings.base import exact_dtype
+
 SCALING_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "rerope")
 
 
@@ -157,9 +159,22 @@ def yarn_attention_scale(factor: float) -> float:
     return 0.1 * math.log(factor) + 1.0 if factor > 1.0 else 1.0
 
 
-def base_inv_freq(base: float, dim: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Trained inverse frequencies ``base^(-2j/d)`` ``[d/2]`` in ``dtype`` (formed in float64)."""
-    return (base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)).to(dtype)
+def base_inv_freq(
+    base: float,
+    dim: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Trained inverse frequencies ``base^(-2j/d)`` ``[d/2]`` in ``dtype`` on ``device`` (formed
+    in float64; float32 on MPS, which has no float64)."""
+    return (base ** (-_even_indices(dim, device) / dim)).to(dtype)
+
+
+def _even_indices(dim: int, device: torch.device | str | None) -> Tensor:
+    """``[0, 2, .., dim - 2]`` in the most exact dtype ``device`` has (``None``: the default
+    device, as for any factory)."""
+    device = torch.get_default_device() if device is None else torch.device(device)
+    return torch.arange(0, dim, 2, dtype=exact_dtype(device), device=device)
 
 
 def scaled_inv_freq(
@@ -168,6 +183,7 @@ def scaled_inv_freq(
     dim: int,
     seq_len: int | None = None,
     dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """Inverse frequencies ``[d/2]`` under ``scaling``.
 
@@ -177,27 +193,29 @@ def scaled_inv_freq(
         dim: Rotary width ``d``.
         seq_len: Tokens in the current sequence (only ``dynamic_ntk`` reads it).
         dtype: Result dtype (the computation itself is float64).
+        device: Where the result is made (``None``: the default device).
 
     Returns:
         ``[d/2]`` in ``dtype``.
     """
     kind, s = scaling.type, scaling.factor
     if kind in ("none", "rerope"):
-        return base_inv_freq(base, dim, dtype)
+        return base_inv_freq(base, dim, dtype, device)
     original = int(scaling.original_length or 0)
     if kind == "ntk":
-        return base_inv_freq(ntk_base(base, s, dim), dim, dtype)
+        return base_inv_freq(ntk_base(base, s, dim), dim, dtype, device)
     if kind == "dynamic_ntk":
         if seq_len is None:
             raise ValueError("dynamic_ntk scaling needs the sequence length")
-        return base_inv_freq(dynamic_ntk_base(base, s, seq_len, original, dim), dim, dtype)
-    inv = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        dynamic = dynamic_ntk_base(base, s, seq_len, original, dim)
+        return base_inv_freq(dynamic, dim, dtype, device)
+    inv = base ** (-_even_indices(dim, device) / dim)
     if kind == "linear":
         return (inv / s).to(dtype)
     if kind == "yarn":
         low, high = yarn_ramp_range(dim, base, original, scaling.beta_fast, scaling.beta_slow)
         span = high - low if high > low else 0.001  # avoid 0/0 when both ends coincide
-        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / span).clamp(0, 1)
+        ramp = ((_even_indices(dim, device) / 2 - low) / span).clamp(0, 1)
         return (inv / s * ramp + inv * (1 - ramp)).to(dtype)
     # llama3
     wavelen = 2 * math.pi / inv

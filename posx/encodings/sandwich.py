@@ -34,6 +34,8 @@ class Sandwich(PositionalEncoding):
         base: Sinusoid base (10000 in the paper).
     """
 
+    relative_bias = True  # a function of q - k alone
+
     def __init__(
         self, n_heads: int, d_model: int, dim: int | None = None, base: float = 10000.0
     ) -> None:
@@ -57,7 +59,7 @@ class Sandwich(PositionalEncoding):
         if not values_are_concrete(dist):
             return self._sum_cos(dist.float())  # traced per (query, key) pair: no table
         need = int(dist.abs().max()) + 1
-        if need > self._profile.shape[0]:
+        if need > self._profile.shape[0] or self._profile.device != dist.device:
             size = max(need, 2 * self._profile.shape[0], 256)
             t = torch.arange(size, dtype=exact_dtype(dist.device), device=dist.device)
             self._profile = self._sum_cos(t).float()  # float64 phases: exact at 1e6

@@ -47,6 +47,8 @@ class T5Bias(PositionalEncoding):
         max_distance: Distance where the last bucket starts to absorb everything.
     """
 
+    relative_bias = True  # a function of q - k alone
+
     def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__()
         if num_buckets < 2 or max_distance <= num_buckets // 2:

@@ -1,21 +1,22 @@
 """Causal attention whose kernel is chosen from what the encoding declares.
 
 - no bias, no ``attend``: ``scaled_dot_product_attention(is_causal=True)`` (flash on GPU);
-- a bias, on CUDA: FlexAttention with a ``score_mod`` that adds ``encoding.bias`` for one
-  (query, key) pair, compiled into a fused kernel, so no ``[s, s]`` tensor ever exists;
-- a bias, elsewhere: blocked over queries, each block building only its own ``[h, block, sk]``
-  bias; the block shrinks at long lengths so one block's scores stay under a fixed element
-  budget, which keeps memory linear in the sequence length;
+- a bias: ``blocked`` over queries, each block building only its own ``[h, block, sk]`` bias
+  (any device; the block shrinks at long lengths so one block's scores stay under a fixed
+  element budget, which keeps memory linear in the sequence length), or ``flex``:
+  FlexAttention with a ``score_mod`` that reads the bias from a per-distance table
+  (``encoding.relative_bias``), compiled into a fused kernel, so no ``[s, s]`` tensor exists;
 - ``attend``: the encoding's own computation.
 
-``POSX_ATTENTION=blocked`` forces the blocked kernel on CUDA too (a fallback should a custom
-bias not compile under FlexAttention).
+The model carries the choice (``TransformerLM(attention_kernel=...)``, see :data:`KERNELS`):
+``auto`` takes ``flex`` on CUDA and ``blocked`` elsewhere; ``blocked`` never uses FlexAttention
+(the fallback should a bias not compile); ``flex`` uses it on any device where PyTorch can run
+it (on the CPU: forward only, since PyTorch has no FlexAttention backward there). A bias that
+FlexAttention cannot take gets the blocked kernel; :func:`flex_unsupported_reason` says why.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import warnings
 import weakref
 from collections.abc import Callable, Hashable
@@ -27,75 +28,58 @@ from torch import Tensor
 from posx.encodings.base import PositionalEncoding
 from posx.encodings.blocked import future_mask
 from posx.encodings.memo import PositionMemo
+from posx.model.flex import (
+    FLEX_AVAILABLE,
+    flex_bias_attention,
+    flex_unsupported_reason,
+    remember_flex_failure,
+)
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
 # Largest score/bias tensor one query block may build (elements of [b, h, block, sk]):
 # 2^22 float32 values = 16 MiB, whatever the length.
 MAX_BLOCK_ELEMENTS = 2**22
 
-try:  # FlexAttention arrived in torch 2.5; without it every bias takes the blocked path.
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    FLEX_AVAILABLE = True
-except ImportError:  # pragma: no cover - depends on the installed torch
-    FLEX_AVAILABLE = False
+#: Values of ``attention_kernel``: which kernel a bias encoding gets (others are fixed).
+KERNELS = ("auto", "blocked", "flex")
 
 
 def choose_kernel(
-    encoding: PositionalEncoding, device: torch.device, flex_available: bool = FLEX_AVAILABLE
+    encoding: PositionalEncoding,
+    device: torch.device,
+    kernel: str = "auto",
+    needs_grad: bool = False,
+    float_positions: bool = False,
+    flex_available: bool = FLEX_AVAILABLE,
 ) -> str:
     """The attention kernel for ``encoding`` on ``device``.
 
+    Args:
+        encoding: The layer's encoding.
+        device: Where the attention runs.
+        kernel: The model's ``attention_kernel`` (one of :data:`KERNELS`).
+        needs_grad: A gradient must flow through the attention (FlexAttention has a backward
+            on CUDA only).
+        float_positions: Positions are fractional (no integer distance to index a table by).
+        flex_available: Whether this torch has FlexAttention.
+
     Returns:
         ``"attend"`` (the encoding's own), ``"sdpa"`` (fused causal, no bias), ``"flex"``
-        (FlexAttention ``score_mod``; CUDA only, since it is forward-only on CPU and training
-        needs gradients) or ``"blocked"`` (query-blocked SDPA with a bias, any device).
+        (FlexAttention ``score_mod``) or ``"blocked"`` (query-blocked SDPA with a bias).
     """
+    if kernel not in KERNELS:
+        raise ValueError(f"attention kernel must be one of {', '.join(KERNELS)}; got {kernel!r}")
     if encoding.has_attend:
         return "attend"
     if not encoding.has_bias:
         return "sdpa"
-    forced = os.environ.get("POSX_ATTENTION", "auto")
-    if (
-        device.type == "cuda"
-        and flex_available
-        and forced != "blocked"
-        and flex_ok(encoding, device)
-    ):
+    if kernel == "blocked" or float_positions:
+        return "blocked"
+    if (needs_grad and device.type != "cuda") or flex_unsupported_reason(encoding, flex_available):
+        return "blocked"
+    if kernel == "flex" or device.type == "cuda":
         return "flex"
     return "blocked"
-
-
-# encoding -> whether its bias runs inside a score_mod (probed once per instance)
-_FLEX_OK: weakref.WeakKeyDictionary[PositionalEncoding, bool] = weakref.WeakKeyDictionary()
-
-
-def flex_ok(encoding: PositionalEncoding, device: torch.device) -> bool:
-    """Whether ``encoding.bias`` can run inside a FlexAttention ``score_mod``.
-
-    A bias qualifies when it is traceable for one (query, key) pair: no data-dependent Python
-    (``.item()``, ``int(tensor)``, shapes from values). This is probed once per encoding with
-    FlexAttention's eager reference on a 3-token input on ``device``, the one attention runs on;
-    a bias that fails falls back to the blocked kernel, so any encoding works and traceable ones
-    get the fused kernel.
-    """
-    if encoding not in _FLEX_OK:
-        _FLEX_OK[encoding] = _probe_flex(encoding, device)
-    return _FLEX_OK[encoding]
-
-
-def _probe_flex(encoding: PositionalEncoding, device: torch.device) -> bool:
-    # The device comes from the caller: a per-layer view holds no tensors to read it from.
-    try:
-        pos = torch.arange(3, device=device)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the eager reference warns that it is unfused
-            heads = encoding.bias(pos[:1], pos[:1]).shape[-3]
-            q = torch.zeros(1, heads, 3, 16, device=device)
-            flex_bias_attention(q, q, q, pos, pos, encoding.bias, compile=False)
-        return True
-    except Exception:  # noqa: BLE001 - any failure to trace means "use the blocked kernel"
-        return False
 
 
 def causal_attention(
@@ -106,6 +90,7 @@ def causal_attention(
     k_pos: Tensor,
     encoding: PositionalEncoding,
     block_size: int = 256,
+    kernel: str = "auto",
 ) -> Tensor:
     """Causal multi-head attention with the encoding's hooks applied.
 
@@ -117,23 +102,26 @@ def causal_attention(
         k_pos: Key positions ``[s]`` or ``[b, s]``.
         encoding: The layer's positional encoding.
         block_size: Most queries per block on the blocked bias path.
+        kernel: Which kernel a bias takes (one of :data:`KERNELS`; see :func:`choose_kernel`).
 
     Returns:
         ``[b, h, s, d_h]``.
     """
-    kernel = choose_kernel(encoding, q.device)
-    if kernel == "attend":
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    floats = q_pos.is_floating_point() or k_pos.is_floating_point()
+    chosen = choose_kernel(encoding, q.device, kernel, needs_grad, floats)
+    if chosen == "attend":
         return encoding.attend(q, k, v, q_pos, k_pos)
     q, k = encoding.rotate(q, k, q_pos, k_pos)
-    if kernel == "sdpa":
+    if chosen == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    if kernel == "flex":
+    if chosen == "flex":
         try:
             return flex_bias_attention(q, k, v, q_pos, k_pos, encoding.bias)
         except torch.OutOfMemoryError:
             raise
         except Exception as err:  # noqa: BLE001 - a bias the compiler rejects: fall back once
-            _FLEX_OK[encoding] = False
+            remember_flex_failure(encoding, err)
             warnings.warn(
                 f"FlexAttention failed for {type(encoding).__name__} ({type(err).__name__}); "
                 "using blocked attention for it",
@@ -231,59 +219,3 @@ def _attention_with_learned_bias(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) 
     """
     scores = torch.add(bias, q @ k.transpose(-1, -2), alpha=q.shape[-1] ** -0.5)
     return torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
-
-
-def _causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-    return q_idx >= kv_idx
-
-
-@functools.lru_cache(maxsize=16)
-def _causal_block_mask(sq: int, sk: int, device: str) -> object:
-    # Depends only on the sizes, so one mask serves every layer and batch of a length.
-    return create_block_mask(_causal, None, None, sq, sk, device=device)
-
-
-@functools.cache
-def _compiled_flex() -> Callable[..., Tensor]:
-    return torch.compile(flex_attention, dynamic=False)
-
-
-def flex_bias_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    bias_fn: BiasFn,
-    compile: bool = True,
-) -> Tensor:
-    """Causal attention with the bias added inside FlexAttention's ``score_mod``.
-
-    The ``score_mod`` calls ``bias_fn`` on the single (query, key) position pair it is given,
-    so any bias that is a function of positions works without an encoding-specific kernel;
-    compiled, it never materialises a score or bias matrix.
-
-    Args:
-        q: Queries ``[b, h, s, d_h]``.
-        k: Keys ``[b, h, s, d_h]``.
-        v: Values ``[b, h, s, d_h]``.
-        q_pos: Query positions ``[s]`` or ``[b, s]``.
-        k_pos: Key positions ``[s]`` or ``[b, s]``.
-        bias_fn: ``(q_pos [1], k_pos [1]) -> [(1,) h, 1, 1]``.
-        compile: Use the compiled fused kernel (``False``: the eager reference, which
-            materialises the scores; for tests on CPU).
-
-    Returns:
-        ``[b, h, s, d_h]``.
-    """
-    per_row = q_pos.dim() == 2
-
-    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        qp = (q_pos[b, q_idx] if per_row else q_pos[q_idx]).reshape(1)
-        kp = (k_pos[b, kv_idx] if per_row else k_pos[kv_idx]).reshape(1)
-        bias = bias_fn(qp, kp)  # [h, 1, 1] or [1, h, 1, 1]
-        return score + bias.reshape(-1)[h]
-
-    mask = _causal_block_mask(q.shape[-2], k.shape[-2], str(q.device))
-    attend = _compiled_flex() if compile else flex_attention
-    return attend(q, k, v, score_mod=score_mod, block_mask=mask)

@@ -14,13 +14,15 @@ from torch import Tensor, nn
 
 from posx.encodings.base import PositionalEncoding
 from posx.encodings.memo import forward_scope
-from posx.model.attention import causal_attention
+from posx.model.attention import KERNELS, causal_attention
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, dropout: float, block_size: int) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float, block_size: int, kernel: str = "auto"
+    ) -> None:
         super().__init__()
-        self.n_heads, self.block_size = n_heads, block_size
+        self.n_heads, self.block_size, self.kernel = n_heads, block_size, kernel
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
         self.drop = nn.Dropout(dropout)
@@ -29,15 +31,24 @@ class SelfAttention(nn.Module):
         """``x [b, s, d]``, ``pos [s]`` or ``[b, s]`` -> ``[b, s, d]``."""
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        out = causal_attention(q, k, v, pos, pos, encoding, self.block_size)  # [b, h, s, d_h]
+        # [b, h, s, d_h]
+        out = causal_attention(q, k, v, pos, pos, encoding, self.block_size, self.kernel)
         return self.drop(self.proj(out.transpose(1, 2).reshape(b, s, d)))
 
 
 class Block(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, block_size: int):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        block_size: int,
+        kernel: str = "auto",
+    ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
-        self.attn = SelfAttention(d_model, n_heads, dropout, block_size)
+        self.attn = SelfAttention(d_model, n_heads, dropout, block_size, kernel)
         self.norm2 = nn.LayerNorm(d_model)
         self.fc = nn.Linear(d_model, d_ff, bias=False)
         self.out = nn.Linear(d_ff, d_model, bias=False)
@@ -61,6 +72,8 @@ class TransformerLM(nn.Module):
         dropout: Dropout on residual branches and embeddings.
         tie_embeddings: Share the token embedding with the output head.
         attn_block_size: Query block size on the biased attention path.
+        attention_kernel: Kernel for bias encodings: ``auto`` (FlexAttention on CUDA, blocked
+            elsewhere), ``blocked`` or ``flex`` (see :mod:`posx.model.attention`).
     """
 
     def __init__(
@@ -74,6 +87,7 @@ class TransformerLM(nn.Module):
         dropout: float = 0.0,
         tie_embeddings: bool = True,
         attn_block_size: int = 256,
+        attention_kernel: str = "auto",
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -84,6 +98,7 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(
             Block(d_model, n_heads, d_ff, dropout, attn_block_size) for _ in range(n_layers)
         )
+        self.attention_kernel = attention_kernel
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_embeddings:
@@ -95,6 +110,21 @@ class TransformerLM(nn.Module):
             for proj in (block.attn.proj, block.out):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layers))
         self.encoding = encoding
+
+    @property
+    def attention_kernel(self) -> str:
+        """Which kernel bias encodings take (:data:`posx.model.attention.KERNELS`); settable,
+        e.g. to evaluate a model trained with FlexAttention through the blocked kernel."""
+        return self.blocks[0].attn.kernel if len(self.blocks) else "auto"
+
+    @attention_kernel.setter
+    def attention_kernel(self, kernel: str) -> None:
+        if kernel not in KERNELS:
+            raise ValueError(
+                f"attention_kernel must be one of {', '.join(KERNELS)}; got {kernel!r}"
+            )
+        for block in self.blocks:
+            block.attn.kernel = kernel
 
     @staticmethod
     def _init(module: nn.Module) -> None:

@@ -1,11 +1,18 @@
 """Kernel choice, bounded blocks and blocked = unblocked = FlexAttention for every bias encoding.
 
 The bias encodings are found by globbing configs/encoding/*.yaml and keeping those whose
-encoding declares a bias, so a new bias encoding is covered without touching this file.
+encoding declares a bias, so a new bias encoding is covered without touching this file. Every
+layer's encoding is checked (per-layer parameters give each layer its own bias).
+
+FlexAttention on the CPU: PyTorch runs its forward (compiled, or the unfused reference) but
+refuses its backward (``FlexAttention does not support backward on CPU``). Gradients are checked
+by evaluating posx's ``score_mod`` densely (its indexing broadcasts), which is the function
+FlexAttention differentiates on CUDA.
 """
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import warnings
@@ -14,32 +21,37 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posx.build import build_encoding
+from posx.build import build_encoding, build_model
 from posx.config import CONFIG_DIR, compose
 from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE, PositionalEncoding
+from posx.encodings.fire import FIRE
 from posx.model import attention
-from posx.model.attention import (
+from posx.model.attention import KERNELS, blocked_bias_attention, choose_kernel, query_block
+from posx.model.flex import (
     FLEX_AVAILABLE,
-    blocked_bias_attention,
-    choose_kernel,
+    distance_table,
     flex_bias_attention,
-    flex_ok,
-    query_block,
+    flex_score_mod,
+    flex_unsupported_reason,
 )
 
 B, H, S, D = 2, 4, 37, 16
-DIMS = ["model.d_model=64", "model.n_heads=4", "model.n_layers=2", "train.length=16"]
+N_LAYERS = 2
+DIMS = ["model.d_model=64", "model.n_heads=4", f"model.n_layers={N_LAYERS}", "train.length=16"]
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+needs_flex = pytest.mark.skipif(not FLEX_AVAILABLE, reason="torch without FlexAttention")
 
 
-def encoding_of(name: str) -> PositionalEncoding:
-    """The last layer's encoding, as attention gets it (a per-layer owner's hooks need a layer)."""
+def encoding_of(name: str, layer: int = N_LAYERS - 1) -> PositionalEncoding:
+    """Layer ``layer``'s encoding of ``configs/encoding/NAME.yaml``, with its parameters drawn
+    at std 1 (learned tables start near zero, where any bias would pass)."""
     torch.manual_seed(0)
     enc = build_encoding(compose([f"encoding={name}", *DIMS]))
-    with torch.no_grad():  # learned tables start near zero; make the bias matter
+    with torch.no_grad():
         for p in enc.parameters():
             p.normal_(std=1.0)
-    return enc.for_layer(1)
+    return enc.for_layer(layer)
 
 
 def bias_encodings() -> list[str]:
@@ -48,18 +60,54 @@ def bias_encodings() -> list[str]:
 
 
 BIAS = bias_encodings()
-# FlexAttention's eager reference is slow on the CPU: the paper pair runs by default, the rest
-# with the slow tests.
-FLEX_CASES = [n if n in ("alibi", "t5") else pytest.param(n, marks=pytest.mark.slow) for n in BIAS]
+FLEX = [n for n in BIAS if flex_unsupported_reason(encoding_of(n)) is None]
+NOT_FLEX = [n for n in BIAS if n not in FLEX]
 
 
 def test_the_glob_finds_the_known_bias_encodings():
     assert {"alibi", "t5"} <= set(BIAS)
 
 
-def qkv(seed: int = 0):
+def test_which_bias_encodings_take_flex_attention():
+    """The list the docs give: every bias of the distance alone runs in FlexAttention; FIRE
+    (normalised by the query's own position) keeps the blocked kernel."""
+    assert set(FLEX) == {
+        "alibi",
+        "alibi_learned",
+        "dynamic_bias",
+        "kerple_log",
+        "kerple_power",
+        "sandwich",
+        "t5",
+    }
+    assert NOT_FLEX == ["fire"]
+    assert "q - k alone" in flex_unsupported_reason(encoding_of("fire"))
+
+
+@pytest.mark.parametrize("name", BIAS)
+def test_relative_bias_declarations_are_true(name):
+    """``relative_bias`` is what lets a per-distance table stand for the bias: it must hold
+    (shifting both positions changes nothing), and an encoding without it must really depend
+    on more than the distance (else it misses FlexAttention for nothing)."""
+    enc = encoding_of(name)
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randint(0, 3000, (9,), generator=gen)
+    k = torch.randint(0, 3000, (11,), generator=gen)
+    with torch.no_grad():
+        base = enc.bias(q, k)
+        moved = [enc.bias(q + shift, k + shift) for shift in (1, 517, 40000)]
+    same = all(torch.allclose(m, base, atol=1e-5, rtol=1e-5) for m in moved)
+    assert same == enc.relative_bias
+
+
+def qkv(seed: int = 0, grad: bool = False, model_layout: bool = False) -> tuple[torch.Tensor, ...]:
+    """``[B, H, S, D]`` each; with ``model_layout``, views of one ``[B, S, 3, H, D]`` tensor as
+    the model makes them (the compiled kernel tests and the model then share one compilation:
+    Inductor specialises on strides)."""
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, S, D, generator=gen) for _ in range(3))
+    if model_layout:
+        return tuple(torch.randn(B, S, 3, H, D, generator=gen).permute(2, 0, 3, 1, 4))
+    return tuple(torch.randn(B, H, S, D, generator=gen).requires_grad_(grad) for _ in range(3))
 
 
 def positions(kind: str) -> torch.Tensor:
@@ -82,8 +130,6 @@ def test_blocked_equals_unblocked(name, pos_kind):
 
 @pytest.mark.parametrize("name", BIAS)
 def test_model_output_does_not_depend_on_the_block_size(name):
-    from posx.build import build_model
-
     outs = []
     for block in (3, 4096):
         torch.manual_seed(0)
@@ -94,16 +140,29 @@ def test_model_output_does_not_depend_on_the_block_size(name):
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.skipif(not FLEX_AVAILABLE, reason="torch without FlexAttention")
+@pytest.mark.parametrize("pos_kind", ["shared", "per_row", "descending"])
+@pytest.mark.parametrize("name", FLEX)
+def test_distance_table_is_the_bias(name, pos_kind):
+    """Every (query, key) pair's table entry is its bias, negative distances included."""
+    enc = encoding_of(name)
+    pos = positions(pos_kind) if pos_kind != "descending" else torch.arange(S).flip(0) * 2
+    with torch.no_grad():
+        table, lowest = distance_table(pos, pos, enc.bias)
+        dist = pos.unsqueeze(-1) - pos.unsqueeze(-2)  # [(b,) s, s]
+        looked_up = table[:, dist - lowest]  # [h, (b,) s, s]
+        expected = enc.bias(pos, pos)
+    if dist.dim() == 3:
+        looked_up = looked_up.movedim(0, 1)
+    torch.testing.assert_close(looked_up, expected.expand_as(looked_up), atol=1e-5, rtol=1e-5)
+    assert table.shape[-1] & (table.shape[-1] - 1) == 0  # a power of two: fewer recompiles
+
+
+@needs_flex
 @pytest.mark.parametrize("pos_kind", ["shared", "per_row"])
-@pytest.mark.parametrize("name", FLEX_CASES)
-def test_flex_score_mod_equals_blocked(name, pos_kind):
-    """The CUDA kernel's score_mod, run by FlexAttention's eager reference on the CPU."""
+@pytest.mark.parametrize("name", FLEX)
+def test_flex_reference_equals_blocked(name, pos_kind):
+    """FlexAttention's unfused reference with posx's score_mod, against the blocked kernel."""
     enc, pos = encoding_of(name), positions(pos_kind)
-    # A bias that cannot be traced: CUDA uses the blocked kernel for it.
-    if not flex_ok(enc, torch.device("cpu")):
-        assert choose_kernel(enc, torch.device("cuda"), flex_available=True) == "blocked"
-        return
     q, k, v = qkv(1)
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "called without torch.compile": intended here
@@ -112,44 +171,123 @@ def test_flex_score_mod_equals_blocked(name, pos_kind):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+@needs_flex
+@pytest.mark.parametrize("name", FLEX)
+def test_compiled_flex_forward_equals_blocked(name):
+    """The fused kernel CUDA runs, compiled by Inductor for the CPU (forward only there). One
+    compilation (~10 s on this CPU; the score_mod's code and the shapes do not change between
+    encodings) serves every case and the model test below."""
+    enc = encoding_of(name)
+    q, k, v = qkv(2, model_layout=True)
+    pos = positions("per_row")
+    with torch.no_grad():
+        got = flex_bias_attention(q, k, v, pos, pos, enc.bias, compile=True)
+        expected = blocked_bias_attention(q, k, v, pos, pos, enc.bias, block_size=8)
+        unbiased = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got, unbiased, atol=1e-3)  # the score_mod did add the bias
+
+
+def dense_flex_attention(q, k, v, q_pos, k_pos, encoding):
+    """What FlexAttention computes, with posx's score_mod evaluated on broadcast indices."""
+    table, lowest = distance_table(q_pos, k_pos, encoding.bias)
+    score_mod = flex_score_mod(q_pos, k_pos, table, lowest)
+    b, h, s = (torch.arange(n) for n in q.shape[:3])
+    scores = score_mod(
+        q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]),
+        b[:, None, None, None],
+        h[None, :, None, None],
+        s[None, None, :, None],
+        s[None, None, None, :],
+    )
+    scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("pos_kind", ["shared", "per_row"])
+@pytest.mark.parametrize("name", FLEX)
+def test_flex_score_mod_gradients_equal_blocked(name, pos_kind):
+    """Gradients through the score_mod (to q, k, v and the encoding's parameters, via the
+    table) equal the blocked kernel's."""
+    enc, pos = encoding_of(name), positions(pos_kind)
+    owner = getattr(enc, "owner", enc)  # a per-layer view's parameters live in its owner
+    params = list(owner.parameters())
+    grads = []
+    for run in (dense_flex_attention, None):
+        q, k, v = qkv(3, grad=True)
+        owner.zero_grad(set_to_none=True)
+        if run is None:
+            out = blocked_bias_attention(q, k, v, pos, pos, enc.bias, block_size=8)
+        else:
+            out = run(q, k, v, pos, pos, enc)
+        (out * torch.linspace(-1, 1, D)).sum().backward()
+        grads.append([q.grad, k.grad, v.grad] + [p.grad for p in params])
+    for got, expected in zip(*grads, strict=True):
+        assert got is not None and expected is not None
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["t5", "kerple_log"])
+def test_learned_bias_cpu_shortcut_equals_the_sdpa_call_cuda_makes(name):
+    """A bias that needs a gradient: on CUDA the blocked kernel hands it to SDPA as a mask, on
+    the CPU to a written-out softmax (SDPA's fused CPU kernel has no mask gradient). Same
+    outputs and gradients."""
+    enc, pos = encoding_of(name), positions("per_row")
+    owner = getattr(enc, "owner", enc)
+    results = []
+    for attend in (attention._attention_with_learned_bias, F.scaled_dot_product_attention):
+        q, k, v = qkv(4, grad=True)
+        owner.zero_grad(set_to_none=True)
+        bias = enc.bias(pos, pos).masked_fill(torch.ones(S, S).triu(1).bool(), float("-inf"))
+        out = attend(q, k, v, bias)
+        (out * torch.linspace(-1, 1, D)).sum().backward()
+        results.append([out, q.grad, k.grad, v.grad, *(p.grad for p in owner.parameters())])
+    for got, expected in zip(*results, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
 class Attending(PositionalEncoding):
     def attend(self, q, k, v, q_pos, k_pos):
         return v
 
 
-class Untraceable(ALiBi):
-    """A bias with data-dependent Python (``int(tensor)``), which no score_mod can trace."""
+def test_kernel_choice():
+    alibi, fire = ALiBi(4), FIRE(4, train_length=16)
+    assert choose_kernel(NoPE(), CUDA) == "sdpa"
+    assert choose_kernel(Attending(), CUDA, "flex") == "attend"
+    # auto: FlexAttention on CUDA (forward and backward), blocked elsewhere
+    assert choose_kernel(alibi, CUDA, "auto", flex_available=True) == "flex"
+    assert choose_kernel(alibi, CUDA, "auto", needs_grad=True, flex_available=True) == "flex"
+    assert choose_kernel(alibi, CPU, "auto", flex_available=True) == "blocked"
+    assert choose_kernel(alibi, CUDA, "auto", flex_available=False) == "blocked"
+    # flex: wherever PyTorch runs it; the CPU has no FlexAttention backward
+    assert choose_kernel(alibi, CPU, "flex", flex_available=True) == "flex"
+    assert choose_kernel(alibi, CPU, "flex", needs_grad=True, flex_available=True) == "blocked"
+    # blocked: never FlexAttention; fractional positions have no distance table
+    assert choose_kernel(alibi, CUDA, "blocked", flex_available=True) == "blocked"
+    assert choose_kernel(alibi, CUDA, float_positions=True, flex_available=True) == "blocked"
+    # a bias that is not a function of the distance alone falls back, with its reason
+    for kernel in ("auto", "flex"):
+        assert choose_kernel(fire, CUDA, kernel, flex_available=True) == "blocked"
+    with pytest.raises(ValueError, match="auto, blocked, flex"):
+        choose_kernel(alibi, CPU, "fused")
+    assert KERNELS == ("auto", "blocked", "flex")
 
-    def bias(self, q_pos, k_pos):
-        return super().bias(q_pos, k_pos) * int(q_pos.max() >= 0)
 
-
-def test_flex_probe():
-    cpu = torch.device("cpu")
-    assert flex_ok(ALiBi(4), cpu) == FLEX_AVAILABLE
-    assert not flex_ok(Untraceable(4), cpu)
-    assert choose_kernel(Untraceable(4), torch.device("cuda"), flex_available=True) == "blocked"
-
-
-def test_kernel_choice(monkeypatch):
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    # The flex probe runs on the attention's device (a per-layer view holds no tensor to tell
-    # it); recorded, not run, since this machine may have no CUDA device.
-    probed = []
-    monkeypatch.setattr(attention, "_probe_flex", lambda enc, dev: probed.append(dev) or True)
-    assert choose_kernel(NoPE(), cuda) == "sdpa"
-    assert choose_kernel(Attending(), cuda) == "attend"
-    assert choose_kernel(ALiBi(4), cpu, flex_available=True) == "blocked"  # CPU flex: no grads
-    assert choose_kernel(ALiBi(4), cuda, flex_available=True) == "flex"
-    assert choose_kernel(ALiBi(4), cuda, flex_available=False) == "blocked"
-    monkeypatch.setenv("POSX_ATTENTION", "blocked")
-    assert choose_kernel(ALiBi(4), cuda, flex_available=True) == "blocked"
-    assert probed == [cuda]
+def test_causal_attention_passes_what_it_knows_to_the_choice(monkeypatch):
+    seen = []
+    monkeypatch.setattr(attention, "choose_kernel", lambda *args: seen.append(args) or "sdpa")
+    q, k, v = qkv(grad=True)
+    attention.causal_attention(q, k, v, torch.arange(S), torch.arange(S), NoPE(), 8, "flex")
+    with torch.no_grad():
+        attention.causal_attention(q, k, v, torch.arange(S) * 0.5, torch.arange(S) * 0.5, NoPE())
+    assert seen[0][1:] == (CPU, "flex", True, False)
+    assert seen[1][1:] == (CPU, "auto", False, True)
 
 
 def test_causal_attention_dispatches_on_the_choice(monkeypatch):
     calls = []
-    monkeypatch.setattr(attention, "choose_kernel", lambda enc, dev: "flex")
+    monkeypatch.setattr(attention, "choose_kernel", lambda *args: "flex")
     monkeypatch.setattr(
         attention, "flex_bias_attention", lambda q, k, v, qp, kp, fn: calls.append(fn) or q
     )
@@ -157,6 +295,41 @@ def test_causal_attention_dispatches_on_the_choice(monkeypatch):
     enc = ALiBi(H)
     assert attention.causal_attention(q, k, v, torch.arange(S), torch.arange(S), enc) is q
     assert calls == [enc.bias]
+
+
+def test_a_flex_failure_falls_back_to_blocked_once_and_says_why(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(attention, "flex_bias_attention", broken)
+    enc, pos = ALiBi(H), torch.arange(S)
+    q, k, v = qkv()
+    assert flex_unsupported_reason(enc, flex_available=True) is None
+    with torch.no_grad(), pytest.warns(UserWarning, match="FlexAttention failed for ALiBi"):
+        got = attention.causal_attention(q, k, v, pos, pos, enc, kernel="flex")
+        expected = blocked_bias_attention(q, k, v, pos, pos, enc.bias)
+    torch.testing.assert_close(got, expected)
+    assert "no C++ compiler" in flex_unsupported_reason(enc, flex_available=True)
+    assert choose_kernel(enc, CUDA, "flex", flex_available=True) == "blocked"
+
+
+@needs_flex
+def test_the_model_runs_flex_attention_on_the_cpu_when_asked():
+    """``attention_kernel="flex"`` takes FlexAttention (compiled) for inference on the CPU,
+    and training steps there take the blocked kernel (no FlexAttention backward on CPU)."""
+    cfg = compose(["encoding=alibi", *DIMS])
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=40).eval()
+    tokens = torch.arange(S).remainder(40).unsqueeze(0).repeat(B, 1)
+    pos = positions("per_row")
+    with torch.no_grad():
+        blocked = model(tokens, pos)
+        model.attention_kernel = "flex"
+        flex = model(tokens, pos)
+    torch.testing.assert_close(flex, blocked, atol=1e-5, rtol=1e-5)
+    model(tokens, pos).sum().backward()  # grad enabled: the blocked kernel, no error
+    with pytest.raises(ValueError, match="attention_kernel must be one of"):
+        model.attention_kernel = "fast"
 
 
 def test_query_block_keeps_one_block_under_the_budget():

@@ -1,0 +1,68 @@
+"""Numeric precision of a run: which autocast (if any) training and evaluation use.
+
+``train.precision`` / ``eval.precision`` take one of :data:`PRECISIONS`; ``auto`` is bf16 on
+CUDA and fp32 elsewhere. Autocast applies on any device, so the mixed-precision path a GPU run
+takes also runs on the CPU when asked (slowly: what tests want). fp16 needs a gradient scaler
+(its small gradients underflow); bf16 has float32's range and needs none.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+import torch
+
+#: Values of ``train.precision`` and ``eval.precision``.
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+_DTYPES: dict[str, torch.dtype | None] = {
+    "fp32": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` on ``device``; ``None`` means plain float32.
+
+    Args:
+        precision: One of :data:`PRECISIONS`.
+        device: Where the model runs (``auto`` reads its type).
+
+    Raises:
+        ValueError: An unknown precision.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    if precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    return _DTYPES[precision]
+
+
+def precision_name(precision: str, device: torch.device) -> str:
+    """What ``precision`` resolves to on ``device``: ``fp32``, ``bf16`` or ``fp16`` (for the
+    records, where ``auto`` would not say what ran)."""
+    dtype = resolve_precision(precision, device)
+    return next(name for name, d in _DTYPES.items() if d == dtype)
+
+
+def autocast_context(device: torch.device, precision: str) -> AbstractContextManager[None]:
+    """``torch.autocast`` for ``precision`` on ``device`` (disabled for fp32).
+
+    Args:
+        device: Where the model runs.
+        precision: One of :data:`PRECISIONS`.
+    """
+    dtype = resolve_precision(precision, device)
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
+    """A gradient scaler, enabled for fp16 only (a disabled one passes steps straight through).
+
+    Args:
+        device: Where the model runs.
+        precision: One of :data:`PRECISIONS`.
+    """
+    enabled = resolve_precision(precision, device) == torch.float16
+    return torch.amp.GradScaler(device.type, enabled=enabled)

@@ -1,0 +1,151 @@
+"""The CUDA-only paths, run on a real GPU: flash SDPA, compiled FlexAttention forward and
+backward, bf16 training steps with fused AdamW, and buffers on the GPU. Their CPU stand-ins
+run in the default suite (tests/unit/model/test_attention_kernels.py, test_device_placement.py,
+tests/unit/encodings/test_contract.py, tests/unit/test_precision.py)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from posx.build import build_encoding, build_model
+from posx.config import CONFIG_DIR, compose
+from posx.encodings.base import NoPE
+from posx.encodings.rope import RoPE
+from posx.evaluation.memory import PeakMemory
+from posx.model.attention import blocked_bias_attention, causal_attention
+from posx.model.flex import flex_bias_attention, flex_unsupported_reason
+from posx.precision import autocast_context, grad_scaler
+
+pytestmark = pytest.mark.cuda
+
+CUDA = torch.device("cuda")
+ENCODINGS = sorted(p.stem for p in (CONFIG_DIR / "encoding").glob("*.yaml"))
+DIMS = ["model.d_model=64", "model.n_heads=4", "model.n_layers=2", "train.length=64"]
+B, H, S, D = 2, 4, 128, 16
+
+
+def model_of(name: str, *extra: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(compose([f"encoding={name}", *DIMS, *extra]), vocab_size=50).to(CUDA)
+
+
+def reference_attention(q, k, v, bias=None):
+    scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(-1) @ v.float()
+
+
+@pytest.mark.parametrize("encoding", [NoPE(), RoPE(D)], ids=["nope", "rope"])
+def test_flash_sdpa_takes_the_models_layout_in_bf16(encoding):
+    encoding = encoding.to(CUDA)
+    x = torch.randn(B, S, 3, H, D, device=CUDA, dtype=torch.bfloat16)
+    q, k, v = x.permute(2, 0, 3, 1, 4)  # as the model makes them
+    pos = torch.arange(S, device=CUDA)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # raises if flash cannot take these inputs
+        out = causal_attention(q, k, v, pos, pos, encoding)
+    qr, kr = encoding.rotate(q.float(), k.float(), pos, pos)
+    expected = reference_attention(qr, kr, v)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - expected).norm() / expected.norm() < 2e-2
+
+
+FLEX = [
+    n
+    for n in ENCODINGS
+    if flex_unsupported_reason(build_encoding(compose([f"encoding={n}", *DIMS]))) is None
+]
+
+
+@pytest.mark.parametrize("name", FLEX)
+def test_compiled_flex_forward_and_backward_equal_blocked(name):
+    torch.manual_seed(0)
+    enc = build_encoding(compose([f"encoding={name}", *DIMS])).to(CUDA)
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.normal_(std=1.0)
+    layer = enc.for_layer(1)
+    pos = torch.stack([torch.arange(S), torch.arange(S) * 2 + 9]).to(CUDA)
+    results = []
+    for run in ("flex", "blocked"):
+        gen = torch.Generator(device=CUDA).manual_seed(1)
+        q, k, v = (
+            torch.randn(B, H, S, D, device=CUDA, generator=gen).requires_grad_() for _ in range(3)
+        )
+        enc.zero_grad(set_to_none=True)
+        if run == "flex":
+            out = flex_bias_attention(q, k, v, pos, pos, layer.bias)
+        else:
+            out = blocked_bias_attention(q, k, v, pos, pos, layer.bias, 32)
+        (out * torch.linspace(-1, 1, D, device=CUDA)).sum().backward()
+        grads = [q.grad, k.grad, v.grad] + [p.grad for p in enc.parameters()]
+        results.append((out.detach(), grads))
+    (flex_out, flex_grads), (blocked_out, blocked_grads) = results
+    torch.testing.assert_close(flex_out, blocked_out, atol=2e-3, rtol=2e-3)
+    for got, expected in zip(flex_grads, blocked_grads, strict=True):
+        if expected is None:  # a parameter of another layer
+            continue
+        assert got is not None
+        torch.testing.assert_close(got, expected, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_bf16_training_step_with_fused_adamw(name):
+    """What ``posx train`` does on a GPU (attention_kernel=auto: FlexAttention for relative
+    biases), with no fallback warning, against the same step in float32."""
+    tokens = torch.randint(
+        50, (B, 65), device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(0)
+    )
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        model = model_of(name).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        scaler = grad_scaler(CUDA, precision)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="FlexAttention failed")
+            with autocast_context(CUDA, precision):
+                logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+        losses[precision] = loss.detach().item()
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=2e-2)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_every_buffer_and_cache_is_on_the_gpu_after_a_forward(name):
+    model = model_of(name).eval()
+    with torch.no_grad():
+        model(torch.randint(50, (B, 64), device=CUDA))
+    stray = [n for n, b in model.named_buffers() if b.device.type != CUDA.type]
+    assert not stray, stray
+
+
+def test_fused_adamw_equals_foreach_on_the_gpu():
+    params = []
+    for fused in (True, False):
+        model = model_of("alibi").train()
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=1e-2, fused=fused, foreach=None if fused else True
+        )
+        model(torch.arange(64, device=CUDA).remainder(50).unsqueeze(0)).sum().backward()
+        optimizer.step()
+        params.append([p.detach().clone() for p in model.parameters()])
+    for a, b in zip(*params, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_peak_memory_reads_the_gpu_allocator():
+    with PeakMemory(CUDA) as mem:
+        block = torch.empty(64 * 2**20, dtype=torch.uint8, device=CUDA)  # 64 MiB
+        del block
+    assert 64 <= mem.delta_mb < 80
