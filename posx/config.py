@@ -25,6 +25,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posx.errors import ConfigError
 from posx.evaluation.buckets import parse_buckets
+from posx.model.attention import KERNELS
+from posx.precision import PRECISIONS
 
 CONFIG_DIR = Path(
     os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs")
@@ -43,6 +45,7 @@ class ModelConfig:
     dropout: float = 0.0
     tie_embeddings: bool = True
     attn_block_size: int = 256
+    attention_kernel: str = "auto"  # bias encodings: auto (flex on CUDA), blocked or flex
 
 
 @dataclass
@@ -63,6 +66,11 @@ class TrainConfig:
     checkpoint_every: int = 0
     eval_at_end: bool = True
     device: str = "auto"
+    # auto: bf16 autocast on CUDA, fp32 elsewhere; fp32, bf16 or fp16 (with a gradient scaler)
+    # on any device, so the mixed-precision path also runs on a CPU when asked
+    precision: str = "auto"
+    fused_adamw: bool | None = None  # None: fused AdamW on CUDA only
+    compile: bool = False  # torch.compile the model for training
     threads: int = 0
     progress: bool = True
     resume: bool = False
@@ -82,6 +90,7 @@ class EvalConfig:
     window: int | None = None  # sliding: tokens the model reads at once (default train.length)
     stride: int | None = None  # sliding: tokens each window moves on (default window // 2)
     buckets: str = "log"  # per-position loss buckets: log (powers of two) or a width in tokens
+    precision: str = "auto"  # as train.precision; every eval row records what it resolved to
 
 
 @dataclass
@@ -208,6 +217,14 @@ def validate(cfg: DictConfig) -> None:
     if t.warmup_steps < 0 or t.checkpoint_every < 0 or t.threads < 0:
         raise ConfigError(
             "train.warmup_steps, train.checkpoint_every and train.threads must be >= 0"
+        )
+    for name, value in (("train.precision", t.precision), ("eval.precision", e.precision)):
+        if value not in PRECISIONS:
+            raise ConfigError(f"{name} must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    if m.attention_kernel not in KERNELS:
+        raise ConfigError(
+            f"model.attention_kernel must be one of {', '.join(KERNELS)}, "
+            f"got {m.attention_kernel!r}"
         )
     if t.device not in ("auto", "cpu", "cuda", "mps") and not t.device.startswith("cuda:"):
         raise ConfigError(f"train.device must be auto, cpu, cuda, cuda:N or mps, got {t.device!r}")

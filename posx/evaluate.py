@@ -32,6 +32,7 @@ from posx.evaluation.memory import PeakMemory
 from posx.evaluation.protocol import Protocol, Tally, resolve_protocol, score
 from posx.fingerprint import run_fingerprint
 from posx.model.transformer import TransformerLM
+from posx.precision import autocast_context, precision_name
 from posx.results import SCHEMA_VERSION, merge_rows, run_config, run_info
 from posx.tasks.base import Batch, Task
 from posx.tasks.text import sequences_for
@@ -78,10 +79,11 @@ def evaluate_length(
         per-position bucket rows.
     """
     start = time.perf_counter()
-    with PeakMemory(device) as mem:
+    with PeakMemory(device) as mem, autocast_context(device, ecfg.precision):
         tally = score(model, data, protocol, ecfg.batch_tokens, device, on_batch, positions)
     row = metrics(tally, task, time.perf_counter() - start)
     row.update(peak_mem_mb=mem.peak_mb, mem_delta_mb=mem.delta_mb)
+    row.update(precision=precision_name(ecfg.precision, device))
     row.update(task.sequence_metrics(data, tally.exact))  # e.g. passkey's accuracy by depth
     return row, bucket_rows(tally, ecfg.buckets)
 

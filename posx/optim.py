@@ -57,7 +57,7 @@ def make_optimizer(model: nn.Module, cfg: DictConfig, device: torch.device) -> t
     Args:
         model: The model (not a DDP wrapper).
         cfg: Config with ``train.lr``, ``train.weight_decay``, ``train.beta1``, ``train.beta2``.
-        device: Where the model lives (fused AdamW on CUDA).
+        device: Where the model lives (fused AdamW on CUDA unless ``train.fused_adamw`` says).
 
     Returns:
         The optimizer: group 0 decayed, group 1 not.
@@ -69,7 +69,9 @@ def make_optimizer(model: nn.Module, cfg: DictConfig, device: torch.device) -> t
         {"params": [params[n] for n in names["no_decay"]], "weight_decay": 0.0},
     ]
     betas = (cfg.train.beta1, cfg.train.beta2)
-    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=betas, fused=device.type == "cuda")
+    fused = cfg.train.get("fused_adamw")
+    fused = device.type == "cuda" if fused is None else bool(fused)
+    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=betas, fused=fused)
 
 
 def lr_at(step: int, cfg: DictConfig) -> float:

@@ -33,6 +33,7 @@ from posx.losses import masked_loss
 from posx.model.transformer import TransformerLM
 from posx.optim import lr_at, make_optimizer
 from posx.positions import step_positions
+from posx.precision import autocast_context, grad_scaler
 from posx.results import SCHEMA_VERSION, write_csv, write_json
 from posx.tasks.base import Task
 
@@ -159,6 +160,9 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
         checkpoint_dir(run_dir)  # a clear error if the checkpoint is incomplete
         step, tokens_seen, rows = restore(run_dir, model, optimizer, data_rng)
     ddp = DistributedDataParallel(model) if w.distributed else model
+    # compiled for training only: evaluation runs other lengths, which would recompile
+    forward = torch.compile(ddp) if t.compile else ddp
+    scaler = grad_scaler(device, t.precision)
     meta = {**run_meta(cfg, run_dir, names, task.describe()), "parameters": model.num_parameters()}
     if w.is_main:
         write_json(
@@ -211,17 +215,19 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             batch = shard(task.train_batch(t.batch_size, t.length, data_rng), w).to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            with autocast_context(device, t.precision):
                 pos = step_positions(positions, cfg.seed, step, t.batch_size, t.length, w)
-                logits = ddp(batch.inputs, pos.to(device))
+                logits = forward(batch.inputs, pos.to(device))
             loss = masked_loss(logits, batch)
             if not torch.isfinite(loss):  # numbered as in metrics.csv: step s+1 is this batch
                 raise diverged(f"loss became {loss.item()}", step + 1)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            scaler.scale(loss).backward()  # fp16 only: scaled so small gradients survive
             if t.grad_clip > 0:
+                scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             step += 1
 
             tokens_seen += batch.inputs.numel() * w.size
