@@ -77,7 +77,7 @@ def test_eval_rows_record_the_precision_that_ran(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("encoding", ["nope", "rope"])
+@pytest.mark.parametrize("encoding", ["nope", "rope", "alibi"])
 def test_compiled_training_matches_eager(encoding: str, tmp_path: Path):
     """train.compile=true runs torch.compile'd forward and backward (CPU inductor here)."""
     base = [*TINY, f"encoding={encoding}"]
