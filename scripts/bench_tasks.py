@@ -20,7 +20,7 @@ import torch
 from posx.build import build_model, build_task
 from posx.config import choices, compose
 from posx.distributed import pick_device
-from posx.train import masked_loss
+from posx.trainer import masked_loss
 
 TEXT_TASKS = {"text", "shakespeare"}
 

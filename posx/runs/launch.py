@@ -32,12 +32,12 @@ from posx.config import (
 from posx.config_path import dirs_of_searchpath, searchpath_override, user_config_dirs
 from posx.distributed import barrier, broadcast_from_main, init_process_group, world
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.evaluate import evaluate_run
+from posx.evaluator import evaluate_run
 from posx.labels import chosen_options, run_names
 from posx.results import write_json
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
 from posx.sweeps import sweep_status
-from posx.train import train
+from posx.trainer import train
 
 
 def train_and_evaluate(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from posx.build import build_model, build_positions, build_task
 from posx.config import CONFIG_DIR, compose, validate
 from posx.errors import ConfigError
-from posx.train import masked_loss, train
+from posx.trainer import masked_loss, train
 
 TINY_MODEL = ["model.d_model=32", "model.n_heads=4", "model.n_layers=2", "model.d_ff=64"]
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
