@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
+from omegaconf import DictConfig
 
 from posx.build import build_model, build_positions, build_task
 from posx.config import check_group_value, compose, one_line, validate
@@ -105,9 +106,15 @@ def check_overrides(
         cfg = compose(list(combo), dirs)
         validate(cfg)
         if build:
-            check_writable(Path(cfg.root))
-            task = build_task(cfg)
-            model = build_model(cfg, task.vocab_size)
-            build_positions(cfg).check(model.encoding, cfg.train.length)
-            # one tiny batch: a length too short for the task fails here, before any run dir exists
-            task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
+            check_buildable(cfg)
+
+
+def check_buildable(cfg: DictConfig) -> None:
+    """Builds the task, model and position strategy of a validated config and draws one tiny
+    batch, so that what cannot train fails before any run directory exists."""
+    check_writable(Path(cfg.root))
+    task = build_task(cfg)
+    model = build_model(cfg, task.vocab_size)
+    build_positions(cfg).check(model.encoding, cfg.train.length)
+    # one tiny batch: a length too short for the task fails here
+    task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
