@@ -97,12 +97,34 @@ def build_task(cfg: DictConfig) -> Task:
     return task
 
 
+def dims_needed(node: DictConfig, dims: dict[str, int]) -> list[str]:
+    """The model dims (``n_heads``, ...) the node's class requires and the node does not set:
+    posx passes them only to a ``_partial_`` factory. Empty when the class cannot be loaded
+    (instantiating reports that)."""
+    try:
+        params = inspect.signature(locate(node._target_)).parameters
+    except Exception:  # not loadable or not inspectable: the builder's error says which
+        return []
+    return [
+        k
+        for k, p in params.items()
+        if k in dims and k not in node and p.default is inspect.Parameter.empty
+    ]
+
+
 def build_encoding(cfg: DictConfig) -> PositionalEncoding:
     """Instantiates ``cfg.encoding``; a ``_partial_`` factory gets the model dims it asks for.
 
     Only the arguments the constructor names are passed, so an encoding declares its needs
     (``head_dim``, ``n_heads``, ...) by its signature, and the yaml carries the rest.
     """
+    needed = [] if cfg.encoding.get("_partial_") else dims_needed(cfg.encoding, model_dims(cfg))
+    if needed:
+        raise ConfigError(
+            f"encoding {cfg.encoding._target_} needs {', '.join(needed)} from the model, which "
+            "posx passes to a partial only: add `_partial_: true` to its yaml "
+            "(or +encoding._partial_=true)"
+        )
     made = _instantiate(cfg.encoding, "encoding")
     if not isinstance(made, PositionalEncoding) and callable(made):
         params = inspect.signature(made).parameters

@@ -19,7 +19,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from posx.errors import PosxError, one_line
-from posx.results import SCHEMA_VERSION, write_json
+from posx.results import SCHEMA_VERSION, shared_mode, write_json
 
 CHECKPOINT = "checkpoint"
 
@@ -43,6 +43,7 @@ def save_checkpoint(
             shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".checkpoint."))
     try:
+        tmp.chmod(shared_mode(directory=True))  # mkdtemp makes 0700
         save_model(model, str(tmp / "model.safetensors"))
         optim_tensors, meta = _flatten_optimizer(optimizer)
         save_file(optim_tensors, str(tmp / "optimizer.safetensors"))
@@ -52,6 +53,8 @@ def save_checkpoint(
         write_json(
             tmp / "trainer.json", {"schema_version": SCHEMA_VERSION, **state, "optimizer": meta}
         )
+        for path in tmp.iterdir():  # safetensors writes 0600
+            path.chmod(shared_mode())
         old = run_dir / f".{CHECKPOINT}.old"
         # Without `final`, `old` is the only complete checkpoint (a kill between the two
         # renames below), so it may go only once `tmp` has taken its place.

@@ -36,8 +36,25 @@ def debug_requested(argv: list[str] | None = None) -> bool:
 
 
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
+def _root(
+    ctx: typer.Context,
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    config_dir: list[Path] = typer.Option(
+        None,
+        "--config-dir",
+        help="A directory of your own encoding/, task/, model/, experiment/ ... yamls, added "
+        "beside the built-in ones (repeatable; also POSX_CONFIG_PATH=DIR1:DIR2).",
+    ),
+) -> None:
     """(``--debug`` is read by :func:`debug_requested`, which also sees ``POSX_DEBUG``.)"""
+    ctx.obj = {"config_dirs": list(config_dir or [])}
+
+
+def config_dirs(ctx: typer.Context) -> list[Path]:
+    """The user's config dirs: ``posx --config-dir DIR ...``, then ``POSX_CONFIG_PATH``."""
+    from posx.config_path import user_config_dirs
+
+    return user_config_dirs((ctx.obj or {}).get("config_dirs", []))
 
 
 @app.command(context_settings=PASS_THROUGH)
@@ -49,15 +66,18 @@ def train(ctx: typer.Context) -> None:
     """
     from posx.runs import run_train
 
-    run_train(list(ctx.args), debug=debug_requested())
+    run_train(list(ctx.args), debug=debug_requested(), dirs=config_dirs(ctx))
 
 
 @app.command()
-def resume(run: Path = typer.Argument(..., help="A run directory with a checkpoint.")) -> None:
+def resume(
+    ctx: typer.Context,
+    run: Path = typer.Argument(..., help="A run directory with a checkpoint."),
+) -> None:
     """Continue an interrupted run from its last checkpoint (same config, same directory)."""
     from posx.runs import run_resume
 
-    run_resume(run, debug=debug_requested())
+    run_resume(run, debug=debug_requested(), dirs=config_dirs(ctx))
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -248,25 +268,36 @@ def report(
 
 @app.command("list")
 def list_(
+    ctx: typer.Context,
     group: str = typer.Argument(
         None, help="encoding, task, model, train, eval, positions or experiment."
     ),
 ) -> None:
-    """Show the available options of each config group with their descriptions."""
+    """Show the available options of each config group with their descriptions; your own
+    (from --config-dir or POSX_CONFIG_PATH) are marked with their directory."""
+    from rich.markup import escape
     from rich.table import Table
 
-    from posx.config import GROUPS, choices, describe_option
+    from posx.config import GROUPS, describe_option
+    from posx.config_path import CONFIG_DIR, options
 
     if group is not None and group not in GROUPS:  # "encodings" means "encoding"
         group = group.rstrip("s") if group.rstrip("s") in GROUPS else group
     if group is not None and group not in GROUPS:
         raise ConfigError(f"unknown group {group!r}; choose from: {', '.join(GROUPS)}")
+    dirs = config_dirs(ctx)
     for g in [group] if group else GROUPS:
         table = Table(title=f"{g} (choose with {g}=NAME)", title_justify="left", show_header=False)
-        table.add_column(style="bold cyan")
+        table.add_column(style="bold cyan", no_wrap=True)
         table.add_column()
-        for name in choices(g):
-            table.add_row(name, describe_option(g, name))
+        if dirs:
+            table.add_column(style="magenta", overflow="fold")
+        for name, path in sorted(options(g, dirs).items()):
+            row = [name, escape(describe_option(g, name, dirs))]
+            if dirs:  # where a user's option comes from; built-in ones say so
+                builtin = path.is_relative_to(CONFIG_DIR)
+                row.append("[dim]posx[/]" if builtin else escape(str(path.parent.parent)))
+            table.add_row(*row)
         console.print(table)
 
 
@@ -277,7 +308,7 @@ def show_config(ctx: typer.Context) -> None:
 
     from posx.config import compose
 
-    cfg = compose(list(ctx.args))
+    cfg = compose(list(ctx.args), config_dirs(ctx))
     sys.stdout.write(OmegaConf.to_yaml(cfg))
 
 

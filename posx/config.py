@@ -8,10 +8,10 @@ and ``task`` stay open (``_target_`` plus the constructor's own arguments), so a
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,19 +19,24 @@ from typing import Any
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from posx.config_path import (
+    CONFIG_DIR,
+    GROUPS,
+    dirs_of_searchpath,
+    options,
+    searchpath_override,
+    user_config_dirs,
+)
 from posx.errors import ConfigError
 from posx.evaluation.buckets import parse_buckets
+from posx.labels import LABEL_RE, run_name_resolver
 from posx.model.attention import KERNELS
 from posx.precision import PRECISIONS
-
-CONFIG_DIR = Path(
-    os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs")
-)
-GROUPS = ("model", "encoding", "task", "train", "eval", "positions", "experiment")
 
 
 @dataclass
@@ -107,12 +112,12 @@ class PosxConfig:
     # directory. It travels in the config (as an override) so that launcher workers (joblib,
     # submitit), which resolve ``hydra.sweep.dir`` again on their side, agree on it.
     invocation: str = ""
-
-
-def run_label(encoding: str, positions: str | None = None) -> str:
-    """An encoding's label in run names and tables: ``rope``, or ``rope+randomized`` when a
-    training-time position strategy other than the default is used."""
-    return encoding if positions in (None, "", "default", "None") else f"{encoding}+{positions}"
+    # The run's encoding label in its directory, run.json and reports (empty: the chosen yaml's
+    # name, or the class name of a `_target_` set over it; see run_names).
+    label: str = ""
+    # Filled in by posx.compose for posx.train: per labelled group, the chosen yaml's name and
+    # the `_target_` it sets (`posx train` reads Hydra's record of the choices instead).
+    chosen: Any = None
 
 
 def new_invocation() -> str:
@@ -122,11 +127,11 @@ def new_invocation() -> str:
 
 
 def register() -> None:
-    """Registers the schema and the ``posx_label`` resolver (idempotent). Called by whatever
+    """Registers the schema and the ``posx_run_name`` resolver (idempotent). Called by whatever
     composes a config, never at import time."""
     ConfigStore.instance().store(name="posx_schema", node=PosxConfig)
-    if not OmegaConf.has_resolver("posx_label"):
-        OmegaConf.register_new_resolver("posx_label", run_label)
+    if not OmegaConf.has_resolver("posx_run_name"):
+        OmegaConf.register_new_resolver("posx_run_name", run_name_resolver)
 
 
 def one_line(err: BaseException) -> str:
@@ -140,14 +145,54 @@ def one_line(err: BaseException) -> str:
     return ": ".join(parts[:1] + parts[-1:]) if len(parts) > 1 else (parts[0] if parts else "error")
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """The config ``posx train OVERRIDES`` would run with; bad overrides raise ConfigError."""
+def split_searchpath(overrides: Sequence[str]) -> tuple[list[Path], list[str]]:
+    """The directories of a ``hydra.searchpath=[...]`` override, and the other overrides (posx
+    adds the user's dirs itself, so that it also knows their options)."""
+    dirs: list[Path] = []
+    rest = []
+    for o in overrides:
+        if o.split("=", 1)[0].lstrip("+~") != "hydra.searchpath":
+            rest.append(o)
+            continue
+        try:
+            value = OverridesParser.create().parse_override(o).value()
+        except HydraException as err:
+            raise ConfigError(f"bad override: {one_line(err)}") from err
+        dirs += dirs_of_searchpath(value if isinstance(value, list) else [value])
+    return dirs, rest
+
+
+def config_dirs(
+    dirs: Sequence[Path] | None, overrides: Sequence[str]
+) -> tuple[list[Path], list[str]]:
+    """The user's config dirs (``dirs``, default: the environment's, plus a
+    ``hydra.searchpath`` override's) and the overrides without that one."""
+    extra, rest = split_searchpath(overrides)
+    base = user_config_dirs() if dirs is None else list(dirs)
+    return (user_config_dirs([*base, *extra], env=False) if extra else base), rest
+
+
+def compose(
+    overrides: Sequence[str], dirs: Sequence[Path] | None = None, hydra_node: bool = False
+) -> DictConfig:
+    """The config ``posx train OVERRIDES`` would run with; bad overrides raise ConfigError.
+
+    Args:
+        overrides: Hydra overrides (``encoding=alibi``, ``train.steps=5``, ...).
+        dirs: The user's config dirs (default: from ``POSX_CONFIG_PATH``), searched after the
+            built-in configs.
+        hydra_node: Keep Hydra's own node (``cfg.hydra``: choices, search path, run dir).
+    """
     register()
+    dirs, rest = config_dirs(dirs, overrides)
+    full = [*rest, *searchpath_override(dirs)]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
-            return hydra_compose(config_name="config", overrides=overrides)
+            return hydra_compose(
+                config_name="config", overrides=full, return_hydra_config=hydra_node
+            )
         except (HydraException, OmegaConfBaseException, ValueError) as err:
-            raise ConfigError(one_line(err) + _known_keys(err, overrides)) from err
+            raise ConfigError(one_line(err) + _known_keys(err, full)) from err
 
 
 def _known_keys(err: BaseException, overrides: list[str]) -> str:
@@ -176,10 +221,13 @@ def key_hint(cfg: DictConfig, key: str) -> str:
     return f"{hint} {parent or 'top-level'} keys: {', '.join(keys) or '(none)'}"
 
 
-def check_group_value(group: str, value: str) -> None:
-    """``encoding=rpoe`` fails here, naming the options, before Hydra's longer message."""
-    if group in GROUPS and value not in ("null", "None") and value not in choices(group):
-        raise ConfigError(f"unknown {group} '{value}'; choose from: {', '.join(choices(group))}")
+def check_group_value(group: str, value: str, dirs: Sequence[Path] | None = None) -> None:
+    """``encoding=rpoe`` fails here, naming the options (built-in and the user's), before
+    Hydra's longer message."""
+    if group in GROUPS and value not in ("null", "None"):
+        names = choices(group, dirs)
+        if value not in names:
+            raise ConfigError(f"unknown {group} '{value}'; choose from: {', '.join(names)}")
 
 
 def positive_lengths(values: list[Any], what: str) -> list[int]:
@@ -235,6 +283,11 @@ def validate(cfg: DictConfig) -> None:
             f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}"
         )
     validate_protocol(e, t.length)
+    if cfg.get("label") and not LABEL_RE.fullmatch(str(cfg.label)):
+        raise ConfigError(
+            f"label must be letters, digits, '_', '.' or '-' (it names directories), "
+            f"got {cfg.label!r}"
+        )
     for group in ("encoding", "task"):
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or "_target_" not in node:
@@ -270,15 +323,17 @@ def validate_protocol(e: DictConfig, train_length: int) -> None:
     parse_buckets(e.buckets)
 
 
-def choices(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
-    """Option names of a config group: the yaml files in ``configs/<group>/``."""
-    return sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+def choices(group: str, dirs: Sequence[Path] | None = None) -> list[str]:
+    """Option names of a config group: the yaml files in ``configs/<group>/`` and in the user's
+    config dirs (default: from ``POSX_CONFIG_PATH``)."""
+    return sorted(options(group, user_config_dirs() if dirs is None else dirs))
 
 
-def describe_option(group: str, name: str, config_dir: Path = CONFIG_DIR) -> str:
+def describe_option(group: str, name: str, dirs: Sequence[Path] | None = None) -> str:
     """The option's description: its yaml's leading ``#`` comment lines."""
+    path = options(group, user_config_dirs() if dirs is None else dirs)[name]
     lines = []
-    for line in (config_dir / group / f"{name}.yaml").read_text().splitlines():
+    for line in path.read_text().splitlines():
         if not line.startswith("#"):
             break
         if not line.startswith("# @package"):

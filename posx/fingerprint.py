@@ -33,6 +33,8 @@ NOT_IDENTITY: dict[str, str] = {
     "seed": "the replicate: runs that differ only in seed are one experiment",
     "root": "where results are written",
     "invocation": "when and by which `posx train` call the run was started",
+    "label": "the name the run is shown under (rows are grouped by it anyway)",
+    "chosen": "which yaml options were chosen (their content is what counts)",
     "hydra": "output directories and launcher settings",
     "train.device": "where it ran (recorded per eval row as `device`)",
     "train.threads": "CPU threads",

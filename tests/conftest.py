@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,20 @@ def cli(capsys, monkeypatch):
         return CliResult(code, out.out, out.err)
 
     return run
+
+
+def markdown_blocks(path: Path, section: str | None = None) -> list[tuple[str, str]]:
+    """The fenced code blocks of a Markdown file as ``(info string, code)``, optionally only those
+    under the ``## section`` heading (up to the next ``## ``): documentation a test executes."""
+    text = path.read_text()
+    if section is not None:
+        start = text.index(f"\n## {section}\n")
+        end = text.find("\n## ", start + 1)
+        text = text[start : end if end != -1 else len(text)]
+    fences = re.finditer(r"^```([^\n]*)\n(.*?)^```$", text, re.M | re.S)
+    return [(m[1].strip(), m[2]) for m in fences]
+
+
+@pytest.fixture
+def doc_blocks():
+    return markdown_blocks

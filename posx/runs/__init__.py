@@ -1,7 +1,7 @@
 """Orchestration: the policies that combine training, evaluation and sweeps into runs.
 
 ``posx.cli`` parses arguments and calls these; a notebook user calls them too. Below this layer,
-:mod:`posx.train` trains one model and :mod:`posx.evaluate` evaluates one run; neither decides
+:mod:`posx.trainer` trains one model and :mod:`posx.evaluator` evaluates one run; neither decides
 what happens next.
 """
 

@@ -11,7 +11,7 @@ from typing import Any
 from posx.checkpoint import checkpoint_dir, verify_checkpoint
 from posx.config import eval_lengths
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.evaluate import evaluate_run
+from posx.evaluator import evaluate_run
 from posx.results import find_runs, run_config
 
 

@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
@@ -24,20 +22,24 @@ from omegaconf import DictConfig, OmegaConf
 from posx.checkpoint import checkpoint_dir, verify_checkpoint
 from posx.config import (
     CONFIG_DIR,
+    compose,
+    config_dirs,
     eval_lengths,
     new_invocation,
     one_line,
     register,
     validate,
 )
+from posx.config_path import dirs_of_searchpath, searchpath_override, user_config_dirs
 from posx.distributed import barrier, broadcast_from_main, init_process_group, world
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.evaluate import evaluate_run
+from posx.evaluator import evaluate_run
+from posx.labels import chosen_options, run_names
 from posx.results import write_json
 from posx.runs.evaluation import failures
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
 from posx.sweeps import sweep_status
-from posx.train import train
+from posx.trainer import train
 
 
 def train_and_evaluate(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, Any]:
@@ -63,9 +65,10 @@ def train_and_evaluate(cfg: DictConfig, run_dir: Path, names: dict[str, str]) ->
     return result.summary
 
 
-def _names() -> dict[str, str]:
-    chosen = HydraConfig.get().runtime.choices
-    return {g: str(chosen.get(g) or "custom") for g in ("encoding", "task", "model", "positions")}
+def _names(cfg: DictConfig) -> dict[str, str]:
+    """The run's labels, as its directory name has them (``${posx_run_name:}``)."""
+    hc = HydraConfig.get()
+    return run_names(cfg, chosen_options(hc.runtime.choices, dirs_of_searchpath(hc.searchpath)))
 
 
 def _job(cfg: DictConfig, debug: bool) -> float | None:
@@ -75,7 +78,7 @@ def _job(cfg: DictConfig, debug: bool) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
     try:
         validate(cfg)
-        return train_and_evaluate(cfg, run_dir, _names())["final_loss"]
+        return train_and_evaluate(cfg, run_dir, _names(cfg))["final_loss"]
     except Interrupted as err:  # Ctrl-C: the run is resumable, the sweep stops
         print(f"posx: {err}", file=sys.stderr)
         raise SystemExit(err.exit_code) from err
@@ -115,32 +118,57 @@ def mark_failed(run_dir: Path, message: str) -> None:
         pass  # the run dir itself is unwritable: the message on stderr is all we can leave
 
 
-def sweep_dir_of(overrides: list[str]) -> Path:
+def sweep_dir_of(overrides: list[str], dirs: list[Path] | None = None) -> Path:
     """The sweep directory ``posx train -m OVERRIDES`` writes into (``hydra.sweep.dir``),
     resolved as Hydra's launchers do: from the overrides that are not swept."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
-    register()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=fixed, return_hydra_config=True)
+    cfg = compose(fixed, dirs, hydra_node=True)
     return Path(OmegaConf.select(cfg, "hydra.sweep.dir"))
 
 
-def run_train(args: list[str], debug: bool = False) -> None:
+def _config_dir_flags(flags: list[str]) -> tuple[list[str], list[str]]:
+    """Hydra's ``--config-dir DIR`` / ``-cd DIR`` after ``posx train``, and the other flags:
+    posx adds such a dir to the user's config dirs (Hydra alone would, but posx's checks would
+    not know its options)."""
+    dirs, rest, take = [], [], False
+    for flag in flags:
+        if take:
+            dirs.append(flag)
+            take = False
+        elif flag in ("--config-dir", "-cd"):
+            take = True
+        elif flag.startswith("--config-dir="):
+            dirs.append(flag.split("=", 1)[1])
+        else:
+            rest.append(flag)
+    return dirs, rest
+
+
+def run_train(args: list[str], debug: bool = False, dirs: list[Path] | None = None) -> None:
     """``posx train ARGS``: checks the overrides, then runs Hydra with ARGS.
+
+    Args:
+        args: Hydra's flags and overrides, as after ``posx train``.
+        debug: Print tracebacks of failed runs.
+        dirs: The user's config dirs (default: from ``POSX_CONFIG_PATH``); ``--config-dir`` and
+            ``hydra.searchpath=`` in ``args`` add to them.
 
     Raises:
         ConfigError: A bad override or Hydra usage error (before any run starts).
         PosxError: A single run failed, or some runs of a sweep did (after all ran).
     """
     flags, overrides = split_args(args)
+    flag_dirs, flags = _config_dir_flags(flags)
+    base = user_config_dirs() if dirs is None else dirs
+    dirs, overrides = config_dirs(user_config_dirs([*base, *flag_dirs], env=False), overrides)
     multirun = bool({"-m", "--multirun"} & set(flags))
     if not NO_CHECK_FLAGS & set(flags):
-        check_overrides(overrides, build="--cfg" not in flags and "-c" not in flags)
+        check_overrides(overrides, build="--cfg" not in flags and "-c" not in flags, dirs=dirs)
     w = init_process_group()
     if w.distributed and multirun:
         raise ConfigError("torchrun runs one training job; launch sweeps without torchrun")
-    extra = []
+    extra = searchpath_override(dirs)
     if not any(o.split("=", 1)[0].lstrip("+") == "invocation" for o in overrides):
         # every rank (and every launcher worker) must resolve one run or sweep directory
         extra.append(f"invocation={broadcast_from_main(new_invocation(), w)}")
@@ -158,7 +186,7 @@ def run_train(args: list[str], debug: bool = False) -> None:
 
     # @hydra.main reads its arguments from sys.argv: Hydra has no public call that takes a list.
     saved_argv = sys.argv
-    sys.argv = ["posx train", *args, *extra]
+    sys.argv = ["posx train", *flags, *overrides, *extra]
     try:
         hydra_train()
     except ValueError as err:  # Hydra's own usage errors, e.g. -m together with --cfg
@@ -166,7 +194,7 @@ def run_train(args: list[str], debug: bool = False) -> None:
     finally:
         sys.argv = saved_argv
     if multirun and not NO_CHECK_FLAGS & set(flags) and "--cfg" not in flags:
-        _raise_if_jobs_failed(sweep_dir_of([*overrides, *extra]))
+        _raise_if_jobs_failed(sweep_dir_of([*overrides, *extra], dirs))
 
 
 def _raise_if_jobs_failed(sweep_dir: Path) -> None:
@@ -179,12 +207,23 @@ def _raise_if_jobs_failed(sweep_dir: Path) -> None:
         raise PosxError(f"{len(failed)} run(s) of the sweep failed: {', '.join(failed)}")
 
 
-def run_resume(run_dir: Path, debug: bool = False) -> None:
-    """``posx resume RUN``: trains RUN on from its checkpoint with its own overrides."""
+def run_resume(run_dir: Path, debug: bool = False, dirs: list[Path] | None = None) -> None:
+    """``posx resume RUN``: trains RUN on from its checkpoint with its own overrides, and the
+    user config dirs it was trained with (``dirs``, default: from ``POSX_CONFIG_PATH``, come
+    first, for a config dir that moved)."""
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     if not overrides_file.is_file():
         raise ConfigError(f"not a posx run directory (no .hydra/overrides.yaml): {run_dir}")
     verify_checkpoint(run_dir, resume=True)  # damage fails here, before run.json is touched
     overrides = [str(o) for o in OmegaConf.load(overrides_file)]
     overrides = [o for o in overrides if not o.startswith(("train.resume=", "hydra."))]
-    run_train([*overrides, "train.resume=true", f"hydra.run.dir={run_dir}"], debug)
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    recorded = (
+        OmegaConf.select(OmegaConf.load(hydra_file), "hydra.searchpath") or []
+        if hydra_file.is_file()
+        else []
+    )
+    current = user_config_dirs() if dirs is None else dirs
+    known = [d for d in dirs_of_searchpath(recorded) if d.is_dir()]  # a moved one: see `dirs`
+    dirs = user_config_dirs([*current, *known], env=False)
+    run_train([*overrides, "train.resume=true", f"hydra.run.dir={run_dir}"], debug, dirs)

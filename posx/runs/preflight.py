@@ -9,9 +9,11 @@ from pathlib import Path
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
+from omegaconf import DictConfig
 
 from posx.build import build_model, build_positions, build_task
 from posx.config import check_group_value, compose, one_line, validate
+from posx.config_path import user_config_dirs
 from posx.errors import ConfigError
 from posx.results import check_writable
 
@@ -67,11 +69,15 @@ def split_args(args: list[str]) -> tuple[list[str], list[str]]:
     return flags, overrides
 
 
-def check_overrides(overrides: list[str], build: bool = True) -> None:
+def check_overrides(
+    overrides: list[str], build: bool = True, dirs: list[Path] | None = None
+) -> None:
     """Composes, validates and (with ``build``) instantiates every value of every override.
 
     Each value of each sweep is checked at least once, the other overrides at their first value.
+    ``dirs`` are the user's config dirs (default: from ``POSX_CONFIG_PATH``).
     """
+    dirs = user_config_dirs() if dirs is None else dirs
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as err:
@@ -90,19 +96,25 @@ def check_overrides(overrides: list[str], build: bool = True) -> None:
         except HydraException:  # glob() and other sweeps Hydra expands itself
             continue
         for v in values:
-            check_group_value(o.key_or_group, v)
+            check_group_value(o.key_or_group, v, dirs)
         options.append([f"{key}={v}" for v in values])
     combos = {tuple(o[0] for o in options)}
     for i, opts in enumerate(options):
         for v in opts[1:]:
             combos.add(tuple(v if j == i else o[0] for j, o in enumerate(options)))
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
-        cfg = compose(list(combo))
+        cfg = compose(list(combo), dirs)
         validate(cfg)
         if build:
-            check_writable(Path(cfg.root))
-            task = build_task(cfg)
-            model = build_model(cfg, task.vocab_size)
-            build_positions(cfg).check(model.encoding, cfg.train.length)
-            # one tiny batch: a length too short for the task fails here, before any run dir exists
-            task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
+            check_buildable(cfg)
+
+
+def check_buildable(cfg: DictConfig) -> None:
+    """Builds the task, model and position strategy of a validated config and draws one tiny
+    batch, so that what cannot train fails before any run directory exists."""
+    check_writable(Path(cfg.root))
+    task = build_task(cfg)
+    model = build_model(cfg, task.vocab_size)
+    build_positions(cfg).check(model.encoding, cfg.train.length)
+    # one tiny batch: a length too short for the task fails here
+    task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))

@@ -238,9 +238,9 @@ def test_nan_loss_without_periodic_checkpoints_says_so(tmp_path):
 def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path, monkeypatch):
     """No natural config makes the weights non-finite while the loss stays finite, so the
     optimizer is poisoned after its third step (test-only)."""
-    import posx.train
+    import posx.trainer
 
-    real = posx.train.make_optimizer
+    real = posx.trainer.make_optimizer
 
     def poisoned(model, cfg, device):  # noqa: ANN001, ANN202
         optimizer = real(model, cfg, device)
@@ -257,7 +257,7 @@ def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path, monkeypatc
         optimizer.step = step_then_poison
         return optimizer
 
-    monkeypatch.setattr(posx.train, "make_optimizer", poisoned)
+    monkeypatch.setattr(posx.trainer, "make_optimizer", poisoned)
     code, err, run = train(tmp_path, "train.checkpoint_every=1")
     line = one_line(err)
     assert code == 1 and run is not None

@@ -61,9 +61,9 @@ def test_ctrl_c_during_eval_changes_no_table(cli, tiny_overrides, tmp_path):
 def interrupt_at(monkeypatch, step: int, times: int) -> None:
     """Sends this process ``times`` SIGINTs while the loss of ``step`` is computed (as a user
     pressing Ctrl-C; the handler runs at once, in the main thread, as in a terminal)."""
-    import posx.train
+    import posx.trainer
 
-    real, calls = posx.train.masked_loss, []
+    real, calls = posx.trainer.masked_loss, []
 
     def loss_then_interrupt(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         calls.append(1)
@@ -72,7 +72,7 @@ def interrupt_at(monkeypatch, step: int, times: int) -> None:
                 os.kill(os.getpid(), signal.SIGINT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(posx.train, "masked_loss", loss_then_interrupt)
+    monkeypatch.setattr(posx.trainer, "masked_loss", loss_then_interrupt)
 
 
 def test_ctrl_c_during_training_checkpoints_and_exits_130(

@@ -120,7 +120,7 @@ def test_importing_posx_has_no_side_effects():
         "    if m.name != 'posx.__main__': importlib.import_module(m.name)\n"
         "from omegaconf import OmegaConf\n"
         "from hydra.core.config_store import ConfigStore\n"
-        "assert not OmegaConf.has_resolver('posx_label')\n"
+        "assert not OmegaConf.has_resolver('posx_run_name')\n"
         "assert 'posx_schema.yaml' not in ConfigStore.instance().repo\n"
         "assert dict(os.environ) == before\n"
     )

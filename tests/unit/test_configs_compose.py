@@ -15,7 +15,7 @@ from posx.build import build_model, build_positions, build_task
 from posx.config import CONFIG_DIR, compose, validate
 from posx.errors import ConfigError
 from posx.losses import masked_loss
-from posx.train import train
+from posx.trainer import train
 
 TINY_MODEL = ["model.d_model=32", "model.n_heads=4", "model.n_layers=2", "model.d_ff=64"]
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))

@@ -11,7 +11,7 @@ import torch
 
 from posx.build import build_model, build_task
 from posx.config import compose
-from posx.evaluate import evaluate_run, recorded_overrides, with_eval_defaults
+from posx.evaluator import evaluate_run, recorded_overrides, with_eval_defaults
 from posx.tasks.base import Batch
 
 TINY = ["task=copy", "model.d_model=32", "model.n_heads=4", "model.n_layers=1", "train.length=16"]
@@ -92,7 +92,7 @@ def test_failed_length_is_a_row_and_drops_its_old_buckets(tmp_path, monkeypatch)
     def boom(*args, **kwargs):
         raise RuntimeError("out of memory at this length\ndetails")
 
-    monkeypatch.setattr("posx.evaluate.score", boom)
+    monkeypatch.setattr("posx.evaluator.score", boom)
     rows = evaluate(run, model, task, cfg, [32])
     assert rows[0]["status"] == "failed" and rows[0]["reason"] == "out of memory at this length"
     pos = pd.read_csv(run / "eval_positions.csv")

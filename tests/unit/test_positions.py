@@ -20,7 +20,7 @@ from posx.positions import (
     randomized_positions,
     step_positions,
 )
-from posx.train import run_meta
+from posx.trainer import run_meta
 
 TINY = ["model.d_model=32", "model.n_heads=4", "model.n_layers=1", "train.length=16"]
 
@@ -120,7 +120,7 @@ def test_run_label_names_the_strategy(tmp_path: Path):
 def test_training_with_randomized_positions_feeds_them_to_the_model(tmp_path: Path, monkeypatch):
     """The training loop hands the sampled ``[b, s]`` positions to the model."""
     from posx.model.transformer import TransformerLM
-    from posx.train import train
+    from posx.trainer import train
 
     seen: list[torch.Tensor] = []
     forward = TransformerLM.forward

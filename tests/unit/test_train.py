@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from posx.train import StopOnInterrupt
+from posx.trainer import StopOnInterrupt
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

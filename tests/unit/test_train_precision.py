@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from posx.config import CONFIG_DIR, compose
-from posx.evaluate import evaluate_run
-from posx.train import train
+from posx.evaluator import evaluate_run
+from posx.trainer import train
 
 ENCODINGS = sorted(p.stem for p in (CONFIG_DIR / "encoding").glob("*.yaml"))
 SCALINGS = ["linear", "ntk", "dynamic_ntk", "yarn", "llama3", "rerope"]

@@ -21,7 +21,7 @@ from posx.encodings.rope_scaling import (
     yarn_ramp_range,
 )
 from posx.errors import ConfigError
-from posx.evaluate import apply_overrides
+from posx.evaluator import apply_overrides
 
 
 def _freqs(base: float, d: int) -> list[float]:

@@ -15,10 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
 
-from posx import __version__
 from posx.build import build_model, build_positions, build_task
 from posx.checkpoint import checkpoint_dir, load_checkpoint, load_trainer_tensors, save_checkpoint
-from posx.config import run_label
 from posx.distributed import (
     barrier,
     check_in_sync,
@@ -29,6 +27,7 @@ from posx.distributed import (
 )
 from posx.errors import Interrupted, PosxError
 from posx.fingerprint import run_fingerprint
+from posx.labels import run_label
 from posx.losses import masked_loss
 from posx.model.transformer import TransformerLM
 from posx.optim import lr_at, make_optimizer
@@ -36,6 +35,7 @@ from posx.positions import step_positions
 from posx.precision import autocast_context, grad_scaler
 from posx.results import SCHEMA_VERSION, write_csv, write_json
 from posx.tasks.base import Task
+from posx.version import __version__
 
 
 @dataclass

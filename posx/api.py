@@ -1,0 +1,123 @@
+"""posx from Python (a notebook): compose a config, train it, evaluate the run, load results.
+
+    import posx
+    cfg = posx.compose("encoding=alibi", "task=copy", "train.steps=200")
+    run = posx.train(cfg)                      # the run directory, as `posx train` makes it
+    posx.evaluate(run, [64, 128, 256])          # eval.csv rows, as a DataFrame
+    df = posx.load_results(cfg.root)            # every eval.csv row under the root
+
+Runs made here are the same as the command line's: same directory names, ``run.json``,
+``.hydra/config.yaml``, checkpoint and ``eval.csv``; ``posx eval`` and ``posx report`` read them.
+(``posx resume`` needs Hydra's record of the command line, which a run made here does not have;
+train it again with the same ``cfg`` and ``cfg.train.resume=True``, ``cfg.invocation`` set to
+the run's.)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from posx.config import compose as compose_config
+from posx.config import config_dirs as config_dirs_of
+from posx.config import new_invocation, one_line, register, validate
+from posx.config_path import user_config_dirs
+from posx.errors import Interrupted, PosxError
+from posx.labels import chosen_options, run_name, run_names
+from posx.report.data import load_evals
+from posx.results import atomic_write
+from posx.runs import evaluate_runs, train_and_evaluate
+from posx.runs.launch import mark_failed
+from posx.runs.preflight import check_buildable
+
+__all__ = ["compose", "evaluate", "load_results", "train"]
+
+
+def compose(*overrides: str, config_dirs: Sequence[str | Path] = ()) -> DictConfig:
+    """The validated config ``posx train OVERRIDES`` would run with.
+
+    Args:
+        overrides: Hydra overrides, e.g. ``"encoding=alibi"``, ``"train.steps=200"``.
+        config_dirs: Your own config directories (as ``posx --config-dir``), searched after the
+            built-in configs and before ``POSX_CONFIG_PATH``'s.
+
+    Returns:
+        The config; ``cfg.chosen`` records which yaml each group came from, which names the run.
+
+    Raises:
+        ConfigError: A bad override or value (one line).
+    """
+    dirs, rest = config_dirs_of(user_config_dirs(config_dirs), overrides)
+    cfg = compose_config(rest, dirs, hydra_node=True)
+    chosen = chosen_options(cfg.hydra.runtime.choices, dirs)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    cfg.chosen = chosen
+    validate(cfg)
+    return cfg
+
+
+def train(cfg: DictConfig) -> Path:
+    """Trains ``cfg`` (then evaluates at ``cfg.eval.lengths`` when ``cfg.train.eval_at_end``).
+
+    Args:
+        cfg: A config from :func:`compose`, edited or not.
+
+    Returns:
+        The run directory: ``<root>/runs/<task>_<encoding>_L<length>_s<seed>_<invocation>``.
+
+    Raises:
+        ConfigError: An invalid config, before anything is written.
+        PosxError: Training failed (recorded in the run's ``run.json``).
+        Interrupted: Ctrl-C; the checkpoint is saved.
+    """
+    register()
+    cfg = copy.deepcopy(cfg)  # the caller's config stays as it was
+    if not cfg.invocation:
+        cfg.invocation = new_invocation()
+    validate(cfg)
+    names = run_names(cfg, cfg.get("chosen") or {})
+    check_buildable(cfg)  # a config that cannot train leaves no run directory behind
+    run_dir = (Path(cfg.root) / "runs" / f"{run_name(cfg, names)}_{cfg.invocation}").absolute()
+    # What `posx eval` reads (Hydra writes the same file for a command-line run).
+    atomic_write(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
+    try:
+        train_and_evaluate(cfg, run_dir, names)
+    except Interrupted:
+        raise
+    except Exception as err:
+        message = one_line(err) if isinstance(err, PosxError) else f"{type(err).__name__}: {err}"
+        mark_failed(run_dir, message)
+        raise
+    return run_dir
+
+
+def evaluate(
+    run: str | Path,
+    lengths: Sequence[int] | None = None,
+    overrides: Sequence[str] = (),
+    device: str = "auto",
+) -> pd.DataFrame:
+    """Evaluates a trained run at ``lengths`` (default: its ``eval.lengths``), as ``posx eval``.
+
+    Args:
+        run: The run directory.
+        lengths: Eval lengths, strictly increasing.
+        overrides: Eval-time overrides (``"encoding.scaling.type=yarn"``), recorded per row.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Returns:
+        The rows written to the run's ``eval.csv``, one per length.
+    """
+    done = evaluate_runs([Path(run)], list(lengths) if lengths else None, list(overrides), device)
+    return pd.DataFrame(done[Path(run)])
+
+
+def load_results(root: str | Path = "results") -> pd.DataFrame:
+    """Every ``eval.csv`` row below ``root`` with its run's identity (``encoding``, ``task``,
+    ``seed``, ``train_length``, ...) and ``variant`` (the encoding and eval-time overrides)."""
+    return load_evals(Path(root))
