@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -19,28 +18,11 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from posx.atomic import atomic_write
 from posx.errors import ConfigError, PosxError, one_line
 
 SCHEMA_VERSION = 1
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 CHECKPOINT = "checkpoint"
-
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are for everyone to read
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:
