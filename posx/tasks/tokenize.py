@@ -69,7 +69,6 @@ def sha256(data: bytes | str) -> str:
 class ByteTokenizer:
     """One token per byte (vocab 256): the ids are the bytes."""
 
-    name = "byte"
     vocab_size = 256
     unit = "bytes"
 
@@ -104,7 +103,6 @@ class ByteBPE:
         origin: Where it came from, for error messages.
     """
 
-    name = "bpe"
     unit = "tokens"
 
     def __init__(self, tokenizer: Any, origin: str) -> None:
