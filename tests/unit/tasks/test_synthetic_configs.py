@@ -11,7 +11,7 @@ from posx.build import build_task
 from posx.config import choices, compose, describe_option
 from posx.tasks.synthetic.common import SyntheticTask
 
-TEXT_TASKS = {"text", "shakespeare"}
+TEXT_TASKS = {"text", "text_bpe", "shakespeare"}
 SYNTHETIC = [name for name in choices("task") if name not in TEXT_TASKS]
 
 
