@@ -164,8 +164,9 @@ def report(
     variant: list[str] = typer.Option(
         None,
         "--variant",
-        help="Eval-time variants to show (repeatable): 'base' (no overrides), 'all', or "
-        "key=value tokens the overrides must contain, e.g. 'encoding.scaling.type=yarn'.",
+        help="Eval-time variants to show (repeatable): 'base' (no overrides), 'all', a label "
+        "as the tables show it or part of one ('rope+yarn×4', 'yarn', 'yarnx4'), or key=value "
+        "tokens the overrides must contain, e.g. 'encoding.scaling.type=yarn'.",
     ),
     by: list[str] = typer.Option(
         None,

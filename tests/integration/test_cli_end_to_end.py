@@ -42,7 +42,7 @@ def test_train_eval_report(posx, tiny_overrides, tmp_path):
 
     csv = posx("report", "--root", str(tmp_path), "--format", "csv", "--metric", "loss", check=True)
     table = pd.read_csv(io.StringIO(csv.stdout), keep_default_na=False)
-    assert set(table["variant"]) == {"alibi", "alibi [eval.seed=7]"}
+    assert set(table["variant"]) == {"alibi", "alibi+eval.seed=7"}
     assert (table["n"] == 1).all()
     md = posx("report", "--root", str(tmp_path), "--format", "md", check=True).stdout
     assert "| alibi |" in md and "L=64" in md
