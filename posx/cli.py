@@ -207,7 +207,7 @@ def report(
 ) -> None:
     """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
     length, best per column marked, ranking across tasks; export tables and plots."""
-    from posx.report import make_report, output_format, render, report_figures, rich_renderables
+    from posx.report import make_report, output_format, render, report_plots, rich_renderables
     from posx.results import atomic_write
 
     kind = output_format(fmt, output)
@@ -231,7 +231,8 @@ def report(
         for renderable in rich_renderables(result):
             console.print(renderable)
     if kind != "rich":
-        text = render(result, kind, rank_csv=bool(rank) and kind == "csv")
+        base = output.parent if output is not None else Path.cwd()
+        text = render(result, kind, rank_csv=bool(rank) and kind == "csv", base=base)
         if output is not None:
             atomic_write(output, text)
             console.print(f"wrote {output}", soft_wrap=True)
@@ -243,8 +244,11 @@ def report(
     if plot is not None:
         from posx.report.plots import write_plots
 
-        paths = write_plots(report_figures(result), plot)
+        plots = report_plots(result)
+        paths = write_plots(plots.figures, plot)
         console.print(f"wrote {len(paths)} plot files to {plot}/", soft_wrap=True)
+        for stem, why in plots.skipped:
+            err_console.print(f"posx: no plot {stem}: {why}", markup=False, soft_wrap=True)
 
 
 @app.command("list")
