@@ -60,6 +60,21 @@ def resume(run: Path = typer.Argument(..., help="A run directory with a checkpoi
     run_resume(run, debug=debug_requested())
 
 
+@app.command("runs")
+def runs_(
+    root: Path = typer.Option(Path("results"), "--root", help="Results root to list runs under."),
+) -> None:
+    """One line per run: status, encoding, task, model, training length, steps, seed, final
+    loss, evaluated lengths and its directory."""
+    from posx.runs.listing import format_runs, list_runs
+
+    found = list_runs(root)
+    if not found:
+        console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
+        return
+    sys.stdout.write("\n".join(format_runs(found)) + "\n")
+
+
 def parse_lengths(text: str) -> list[int]:
     from posx.config import positive_lengths
 

@@ -65,6 +65,7 @@ class TrainConfig:
     device: str = "auto"
     threads: int = 0
     progress: bool = True
+    progress_every: float = 10.0  # seconds between plain progress lines (posx.log, piped stdout)
     resume: bool = False
 
 
@@ -205,6 +206,8 @@ def validate(cfg: DictConfig) -> None:
             f"train.lr must be in (0, 1e38] and train.min_lr_ratio in [0, 1], "
             f"got {t.lr}, {t.min_lr_ratio}"
         )
+    if not t.progress_every >= 0:
+        raise ConfigError(f"train.progress_every must be >= 0 seconds, got {t.progress_every}")
     if t.warmup_steps < 0 or t.checkpoint_every < 0 or t.threads < 0:
         raise ConfigError(
             "train.warmup_steps, train.checkpoint_every and train.threads must be >= 0"
