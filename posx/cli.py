@@ -147,7 +147,12 @@ def eval_(
         # the report's metric and unit for this task (bits/byte for text, exact match ...)
         console.print(f"[bold]{run.name}[/]  " + "  ".join(eval_summary(r) for r in rows))
 
-    done = evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show)
+    def warn(text: str) -> None:
+        err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
+
+    done = evaluate_runs(
+        chosen.runs, asked, overrides, device, progress, on_run=show, on_warning=warn
+    )
     console.print(
         f"wrote eval.csv and eval_positions.csv in {len(chosen.runs)} run(s); "
         "compare with `posx report`"
@@ -269,7 +274,7 @@ def report(
 @app.command("list")
 def list_(
     group: str = typer.Argument(
-        None, help="encoding, task, model, train, eval, positions or experiment."
+        None, help="encoding, task, model, train, eval, positions, logger or experiment."
     ),
 ) -> None:
     """Show the available options of each config group with their descriptions."""

@@ -29,7 +29,7 @@ from posx.evaluation.buckets import parse_buckets
 CONFIG_DIR = Path(
     os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs")
 )
-GROUPS = ("model", "encoding", "task", "train", "eval", "positions", "experiment")
+GROUPS = ("model", "encoding", "task", "train", "eval", "positions", "logger", "experiment")
 
 
 @dataclass
@@ -93,6 +93,7 @@ class PosxConfig:
     encoding: Any = None
     task: Any = None
     positions: Any = None  # training-time position strategy (configs/positions/)
+    logger: Any = field(default_factory=dict)  # experiment trackers (configs/logger/)
     seed: int = 0
     root: str = "results"
     # ``<start time>_<random id>`` of the ``posx train`` invocation, which names its run or sweep
@@ -169,9 +170,16 @@ def key_hint(cfg: DictConfig, key: str) -> str:
 
 
 def check_group_value(group: str, value: str) -> None:
-    """``encoding=rpoe`` fails here, naming the options, before Hydra's longer message."""
-    if group in GROUPS and value not in ("null", "None") and value not in choices(group):
-        raise ConfigError(f"unknown {group} '{value}'; choose from: {', '.join(choices(group))}")
+    """``encoding=rpoe`` fails here, naming the options, before Hydra's longer message.
+
+    A list selects several options of one group (``logger=[tensorboard,mlflow]``); each is
+    checked.
+    """
+    listed = value.startswith("[") and value.endswith("]")
+    names = [v.strip() for v in value[1:-1].split(",") if v.strip()] if listed else [value]
+    for name in names:
+        if group in GROUPS and name not in ("null", "None") and name not in choices(group):
+            raise ConfigError(f"unknown {group} '{name}'; choose from: {', '.join(choices(group))}")
 
 
 def positive_lengths(values: list[Any], what: str) -> list[int]:

@@ -39,34 +39,43 @@ from posx.runs.evaluation import failures
 from posx.runs.messages import next_commands, run_summary, sweep_summary
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
 from posx.sweeps import sweep_status
+from posx.tracking import Trackers, check_loggers, open_trackers
 from posx.train import train
 
 log = logging.getLogger(__name__)
 
 
-def train_and_evaluate(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, Any]:
+def train_and_evaluate(
+    cfg: DictConfig, run_dir: Path, names: dict[str, str], sweep_dir: Path | None = None
+) -> dict[str, Any]:
     """One run: trains as configured, then (``train.eval_at_end``) evaluates at the eval lengths
     with the trained model in memory. Under torchrun rank 0 evaluates while the others wait.
+
+    The experiment trackers the config selects (``logger``) receive the config, the training
+    curve and the eval rows; ``sweep_dir`` groups the run with the other jobs of its sweep.
 
     Returns:
         The training summary (final loss, tokens/s, parameters, seconds, world size).
 
     Raises:
+        ConfigError: A tracker is not installed or cannot start (before training).
         PosxError: An eval length failed (its row, with the reason, is written first).
     """
-    result = train(cfg, run_dir, names)
     w = world()
     failed: list[str] = []
     rows = None
-    if cfg.train.eval_at_end and w.is_main:
-        lengths = eval_lengths(cfg)
-        log.info(f"evaluating at L={','.join(map(str, lengths))} ({cfg.eval.mode} mode)")
-        rows = evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
-        failed = failures(rows)
-    if w.is_main:
-        for line in run_summary(run_dir, result.summary, rows, int(cfg.train.length)):
-            log.info(line)
-    barrier(w)
+    with open_trackers(cfg, run_dir, names, sweep_dir) if w.is_main else Trackers([]) as tracked:
+        result = train(cfg, run_dir, names, on_log=tracked.log_train)
+        if cfg.train.eval_at_end and w.is_main:
+            lengths = eval_lengths(cfg)
+            log.info(f"evaluating at L={','.join(map(str, lengths))} ({cfg.eval.mode} mode)")
+            rows = evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
+            tracked.log_eval(rows)
+            failed = failures(rows)
+        if w.is_main:
+            for line in run_summary(run_dir, result.summary, rows, int(cfg.train.length)):
+                log.info(line)
+        barrier(w)
     if failed:  # the rows (with their reasons) are written; the run must not look finished
         raise PosxError(f"evaluation failed at {'; '.join(failed)}")
     return result.summary
@@ -87,7 +96,9 @@ def _job(cfg: DictConfig, debug: bool) -> float | None:
         if world().is_main:
             log.info(f"run directory: {run_dir}")
         validate(cfg)
-        final_loss = train_and_evaluate(cfg, run_dir, _names())["final_loss"]
+        check_loggers(cfg)
+        sweep_dir = Path(hc.sweep.dir) if multirun else None
+        final_loss = train_and_evaluate(cfg, run_dir, _names(), sweep_dir)["final_loss"]
         if world().is_main and not multirun:  # a sweep names its next commands once, at its end
             for line in next_commands(run_dir, Path(cfg.root), eval_lengths(cfg)):
                 log.info(line)

@@ -14,6 +14,7 @@ from posx.build import build_model, build_positions, build_task
 from posx.config import check_group_value, compose, one_line, validate
 from posx.errors import ConfigError
 from posx.results import check_writable
+from posx.tracking import check_loggers
 
 # Hydra's command-line flags that take a value (``-m``/``--multirun`` and friends take none).
 # Hydra has no public API for its argument parser, so this mirrors ``hydra --help``.
@@ -99,6 +100,7 @@ def check_overrides(overrides: list[str], build: bool = True) -> None:
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
         cfg = compose(list(combo))
         validate(cfg)
+        check_loggers(cfg)  # a tracker that is not installed: one line, before any run starts
         if build:
             check_writable(Path(cfg.root))
             task = build_task(cfg)
