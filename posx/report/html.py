@@ -24,8 +24,8 @@ body { font: 15px/1.45 system-ui, sans-serif; margin: 0 auto; padding: 1em 1.5em
        max-width: 1280px; color: #222; }
 h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.1em; margin-top: 2.2em; }
 header.provenance { color: #444; font-size: .9em; border-bottom: 1px solid #ccc;
-                    padding-bottom: .6em; }
-header.provenance span { margin-right: 1.4em; white-space: nowrap; }
+                    padding-bottom: .6em; display: flex; flex-wrap: wrap; gap: .2em 1.4em; }
+header.provenance span { white-space: nowrap; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: .5em 0; }
 th, td { padding: .25em .7em; border-bottom: 1px solid #ddd; text-align: right;
@@ -34,12 +34,13 @@ th { border-bottom: 2px solid #444; } td:first-child, th:first-child { text-alig
 td.best { font-weight: bold; background: #e6f4e6; } td.none { color: #888; font-style: italic; }
 .ratio { color: #0b6e99; font-size: .85em; } .few { color: #a66d00; font-size: .85em; }
 .notes { color: #555; font-size: .85em; margin: 0 0 1em 0; padding-left: 1.2em; }
-.plots { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-figure { flex: 1 1 440px; max-width: 100%; margin: 0; }
+.plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(440px, 100%), 1fr));
+         gap: 1em; align-items: start; }
+figure { margin: 0; min-width: 0; }
 figure img { width: 100%; height: auto; display: block; }
 figcaption { font-size: .8em; color: #555; } .legend { color: #555; font-size: .9em; }
 .skipped { color: #8a5a00; font-size: .85em; }
-table.configs td { white-space: normal; text-align: left; vertical-align: top; }
+table.configs td, table.configs th { white-space: normal; text-align: left; vertical-align: top; }
 code { font-size: .9em; }
 """
 
@@ -107,8 +108,11 @@ def _header(p: Provenance) -> str:
 def _configs(p: Provenance, base: Path | None) -> list[str]:
     rows = []
     for c in p.configs:
+        seeds = [seed for _, seed, _ in c.runs]
+        unique = len(set(seeds)) == len(seeds)  # else name the runs: same seed, other task/...
         runs = ", ".join(
-            f'<a href="{escape(link(path, base))}" title="{escape(run)}">seed {seed}</a>'
+            f'<a href="{escape(link(path, base))}" title="{escape(run)}">'
+            f"{f'seed {seed}' if unique else escape(run)}</a>"
             for run, seed, path in c.runs
         )
         name = f"<code>{escape(c.fingerprint)}</code>" if c.fingerprint else "no saved config"
