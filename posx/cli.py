@@ -279,6 +279,7 @@ def list_(
 ) -> None:
     """Show the available options of each config group with their descriptions."""
     from rich.table import Table
+    from rich.text import Text
 
     from posx.config import GROUPS, choices, describe_option
 
@@ -291,7 +292,7 @@ def list_(
         table.add_column(style="bold cyan")
         table.add_column()
         for name in choices(g):
-            table.add_row(name, describe_option(g, name))
+            table.add_row(name, Text(describe_option(g, name)))  # [extra] is text, not markup
         console.print(table)
 
 

@@ -104,7 +104,7 @@ def _job(cfg: DictConfig, debug: bool) -> float | None:
                 log.info(line)
         return final_loss
     except Interrupted as err:  # Ctrl-C: the run is resumable, the sweep stops
-        log.error(f"posx: {err}")
+        _error(f"posx: {err}")
         raise SystemExit(err.exit_code) from err
     except KeyboardInterrupt as err:  # a second Ctrl-C: stop now, without a new checkpoint
         try:
@@ -115,7 +115,7 @@ def _job(cfg: DictConfig, debug: bool) -> float | None:
         message = f"stopped at once by a second Ctrl-C; {kept}"
         if world().is_main:
             mark_failed(run_dir, message)
-        log.error(f"posx: {message}")
+        _error(f"posx: {message}")
         raise SystemExit(130) from err
     except Exception as err:
         message = one_line(err)
@@ -126,10 +126,19 @@ def _job(cfg: DictConfig, debug: bool) -> float | None:
         if debug:
             traceback.print_exc()
         if multirun:
-            log.error(f"posx: run {run_dir.name} failed: {message}")
+            _error(f"posx: run {run_dir.name} failed: {message}")
             return None
-        log.error(f"posx: error: {message}")
+        _error(f"posx: error: {message}")
         raise SystemExit(err.exit_code if isinstance(err, PosxError) else 1) from err
+
+
+def _error(message: str) -> None:
+    """An error on stderr and in the run's posx.log. Other torchrun ranks have no job logging
+    (rank 0 alone writes files), so they print it."""
+    if world().is_main:
+        log.error(message)
+    else:
+        print(message, file=sys.stderr)
 
 
 def mark_failed(run_dir: Path, message: str) -> None:

@@ -182,3 +182,10 @@ def test_mlflow_file_store_reads_back_with_its_client(tmp_path):
         assert [m.step for m in history] == [10, 20, 30]
         exact = client.get_metric_history(child.info.run_id, "eval/rope/exact_match")
         assert sorted((m.step, m.value) for m in exact) == [(16, 0.25), (32, 0.0)]
+
+
+def test_list_shows_each_logger_with_its_extra(cli):
+    out = cli("list", "logger")
+    assert out.returncode == 0
+    for name in ("tensorboard", "wandb", "mlflow"):
+        assert f"posx[{name}]" in out.stdout, name  # rich markup must not eat [name]
