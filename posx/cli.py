@@ -80,6 +80,21 @@ def resume(
     run_resume(run, debug=debug_requested(), dirs=config_dirs(ctx))
 
 
+@app.command("runs")
+def runs_(
+    root: Path = typer.Option(Path("results"), "--root", help="Results root to list runs under."),
+) -> None:
+    """One line per run: status, encoding, task, model, training length, steps, seed, final
+    loss, evaluated lengths and its directory."""
+    from posx.runs.listing import format_runs, list_runs
+
+    found = list_runs(root)
+    if not found:
+        console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
+        return
+    sys.stdout.write("\n".join(format_runs(found)) + "\n")
+
+
 def parse_lengths(text: str) -> list[int]:
     from posx.config import positive_lengths
 
@@ -152,7 +167,12 @@ def eval_(
         # the report's metric and unit for this task (bits/byte for text, exact match ...)
         console.print(f"[bold]{run.name}[/]  " + "  ".join(eval_summary(r) for r in rows))
 
-    done = evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show)
+    def warn(text: str) -> None:
+        err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
+
+    done = evaluate_runs(
+        chosen.runs, asked, overrides, device, progress, on_run=show, on_warning=warn
+    )
     console.print(
         f"wrote eval.csv and eval_positions.csv in {len(chosen.runs)} run(s); "
         "compare with `posx report`"
@@ -184,8 +204,9 @@ def report(
     variant: list[str] = typer.Option(
         None,
         "--variant",
-        help="Eval-time variants to show (repeatable): 'base' (no overrides), 'all', or "
-        "key=value tokens the overrides must contain, e.g. 'encoding.scaling.type=yarn'.",
+        help="Eval-time variants to show (repeatable): 'base' (no overrides), 'all', a label "
+        "as the tables show it or part of one ('rope+yarn×4', 'yarn', 'yarnx4'), or key=value "
+        "tokens the overrides must contain, e.g. 'encoding.scaling.type=yarn'.",
     ),
     by: list[str] = typer.Option(
         None,
@@ -226,7 +247,7 @@ def report(
 ) -> None:
     """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
     length, best per column marked, ranking across tasks; export tables and plots."""
-    from posx.report import make_report, output_format, render, report_figures, rich_renderables
+    from posx.report import make_report, output_format, render, report_plots, rich_renderables
     from posx.results import atomic_write
 
     kind = output_format(fmt, output)
@@ -250,7 +271,8 @@ def report(
         for renderable in rich_renderables(result):
             console.print(renderable)
     if kind != "rich":
-        text = render(result, kind, rank_csv=bool(rank) and kind == "csv")
+        base = output.parent if output is not None else Path.cwd()
+        text = render(result, kind, rank_csv=bool(rank) and kind == "csv", base=base)
         if output is not None:
             atomic_write(output, text)
             console.print(f"wrote {output}", soft_wrap=True)
@@ -262,15 +284,18 @@ def report(
     if plot is not None:
         from posx.report.plots import write_plots
 
-        paths = write_plots(report_figures(result), plot)
+        plots = report_plots(result)
+        paths = write_plots(plots.figures, plot)
         console.print(f"wrote {len(paths)} plot files to {plot}/", soft_wrap=True)
+        for stem, why in plots.skipped:
+            err_console.print(f"posx: no plot {stem}: {why}", markup=False, soft_wrap=True)
 
 
 @app.command("list")
 def list_(
     ctx: typer.Context,
     group: str = typer.Argument(
-        None, help="encoding, task, model, train, eval, positions or experiment."
+        None, help="encoding, task, model, train, eval, positions, logger or experiment."
     ),
 ) -> None:
     """Show the available options of each config group with their descriptions; your own

@@ -78,6 +78,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model for training
     threads: int = 0
     progress: bool = True
+    progress_every: float = 10.0  # seconds between plain progress lines (posx.log, piped stdout)
     resume: bool = False
 
 
@@ -106,6 +107,7 @@ class PosxConfig:
     encoding: Any = None
     task: Any = None
     positions: Any = None  # training-time position strategy (configs/positions/)
+    logger: Any = field(default_factory=dict)  # experiment trackers (configs/logger/)
     seed: int = 0
     root: str = "results"
     # ``<start time>_<random id>`` of the ``posx train`` invocation, which names its run or sweep
@@ -223,11 +225,19 @@ def key_hint(cfg: DictConfig, key: str) -> str:
 
 def check_group_value(group: str, value: str, dirs: Sequence[Path] | None = None) -> None:
     """``encoding=rpoe`` fails here, naming the options (built-in and the user's), before
-    Hydra's longer message."""
-    if group in GROUPS and value not in ("null", "None"):
-        names = choices(group, dirs)
-        if value not in names:
-            raise ConfigError(f"unknown {group} '{value}'; choose from: {', '.join(names)}")
+    Hydra's longer message.
+
+    A list selects several options of one group (``logger=[tensorboard,mlflow]``); each is
+    checked.
+    """
+    if group not in GROUPS:
+        return
+    listed = value.startswith("[") and value.endswith("]")
+    names = [v.strip() for v in value[1:-1].split(",") if v.strip()] if listed else [value]
+    known = choices(group, dirs)
+    for name in names:
+        if name not in ("null", "None") and name not in known:
+            raise ConfigError(f"unknown {group} '{name}'; choose from: {', '.join(known)}")
 
 
 def positive_lengths(values: list[Any], what: str) -> list[int]:
@@ -262,6 +272,8 @@ def validate(cfg: DictConfig) -> None:
             f"train.lr must be in (0, 1e38] and train.min_lr_ratio in [0, 1], "
             f"got {t.lr}, {t.min_lr_ratio}"
         )
+    if not t.progress_every >= 0:
+        raise ConfigError(f"train.progress_every must be >= 0 seconds, got {t.progress_every}")
     if t.warmup_steps < 0 or t.checkpoint_every < 0 or t.threads < 0:
         raise ConfigError(
             "train.warmup_steps, train.checkpoint_every and train.threads must be >= 0"

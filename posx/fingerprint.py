@@ -39,6 +39,8 @@ NOT_IDENTITY: dict[str, str] = {
     "train.device": "where it ran (recorded per eval row as `device`)",
     "train.threads": "CPU threads",
     "train.progress": "progress bar",
+    "train.progress_every": "progress line interval",
+    "logger": "experiment trackers the run reports to",
     "train.log_every": "logging interval",
     "train.checkpoint_every": "checkpoint interval (resuming is exact)",
     "train.resume": "whether an interrupted run was resumed",

@@ -83,3 +83,16 @@ def lr_at(step: int, cfg: DictConfig) -> float:
     progress = (step - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
     floor = t.lr * t.min_lr_ratio
     return floor + 0.5 * (t.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def grad_norm(model: nn.Module, clip: float = 0.0) -> torch.Tensor:
+    """The global L2 norm of the gradients, before clipping; clips them to ``clip`` when > 0.
+
+    Without clipping the gradients are only measured (never rescaled, not even by 1.0).
+    """
+    if clip > 0:
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    norms = [torch.linalg.vector_norm(p.grad) for p in model.parameters() if p.grad is not None]
+    if not norms:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(norms))

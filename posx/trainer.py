@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,6 @@ from typing import Any
 import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from torch.nn.parallel import DistributedDataParallel
 
 from posx.build import build_model, build_positions, build_task
@@ -30,12 +31,15 @@ from posx.fingerprint import run_fingerprint
 from posx.labels import run_label
 from posx.losses import masked_loss
 from posx.model.transformer import TransformerLM
-from posx.optim import lr_at, make_optimizer
+from posx.optim import grad_norm, lr_at, make_optimizer
 from posx.positions import step_positions
 from posx.precision import autocast_context, grad_scaler
+from posx.progress import TrainProgress
 from posx.results import SCHEMA_VERSION, write_csv, write_json
 from posx.tasks.base import Task
 from posx.version import __version__
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -128,7 +132,12 @@ def restore(
     return int(state["step"]), int(state["tokens"]), rows
 
 
-def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
+def train(
+    cfg: DictConfig,
+    run_dir: Path,
+    names: dict[str, str],
+    on_log: Callable[[dict[str, Any]], None] | None = None,
+) -> Trained:
     """Trains one model as configured and writes everything into ``run_dir``.
 
     Under torchrun every rank runs this; rank 0 alone writes files. With ``train.resume`` and a
@@ -138,6 +147,9 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
         cfg: Composed, validated config.
         run_dir: The run's directory (Hydra's output dir).
         names: Labels of the chosen ``encoding``, ``task`` and ``model`` options.
+        on_log: Called (on rank 0) with every ``metrics.csv`` row as it is logged: step, loss,
+            lr, tokens, tokens_per_s, grad_norm (before clipping), seconds; e.g. to send the
+            training curve to an experiment tracker.
 
     Returns:
         The summary (final loss, tokens/s, parameter count, seconds), the model and the task.
@@ -198,17 +210,17 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
 
     start = window_start = time.perf_counter()
     window_tokens, first_step = 0, step
-    progress = Progress(
-        TextColumn(f"[bold]{run_dir.name}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TextColumn("loss {task.fields[loss]:.4f}"),
-        TextColumn("{task.fields[tps]:,.0f} tok/s"),
-        TimeRemainingColumn(),
-        disable=not (t.progress and w.is_main),
+    if w.is_main and step >= t.steps:  # `posx resume` of a run whose training is complete
+        log.info(f"already trained: the checkpoint is at step {step} of {t.steps}")
+    elif w.is_main:
+        log.info(
+            f"training {t.steps - step} steps on {device.type}"
+            + (f" from step {step}" if step else "")
+        )
+    progress = TrainProgress(
+        run_dir.name, t.steps, step, bool(t.progress and w.is_main), t.progress_every
     )
     with progress, StopOnInterrupt() as stop:
-        bar = progress.add_task("train", total=t.steps, completed=step, loss=float("nan"), tps=0.0)
         ddp.train()
         while step < t.steps:
             lr = lr_at(step, cfg)
@@ -223,9 +235,10 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
                 raise diverged(f"loss became {loss.item()}", step + 1)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()  # fp16 only: scaled so small gradients survive
-            if t.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            logged = (step + 1) % t.log_every == 0 or step + 1 == t.steps
+            if t.grad_clip > 0 or logged:
+                scaler.unscale_(optimizer)  # the norm and the clipping see true gradients
+            norm = grad_norm(model, t.grad_clip) if t.grad_clip > 0 or logged else None
             scaler.step(optimizer)
             scaler.update()
             step += 1
@@ -244,12 +257,15 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
                         "lr": lr,
                         "tokens": tokens_seen,
                         "tokens_per_s": tps,
+                        "grad_norm": float(norm) if norm is not None else math.nan,
                         "seconds": now - start,
                     }
                 )
                 if w.is_main:
                     write_csv(run_dir / "metrics.csv", pd.DataFrame(rows))
-                progress.update(bar, completed=step, loss=rows[-1]["loss"], tps=tps)
+                    progress.update(step, rows[-1])
+                    if on_log is not None:
+                        on_log(rows[-1])
             if stop.requested:
                 checkpoint(step)
                 if w.is_main:

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,56 @@ def markdown_blocks(path: Path, section: str | None = None) -> list[tuple[str, s
 @pytest.fixture
 def doc_blocks():
     return markdown_blocks
+
+
+def wandb_records(path: Path) -> list:
+    """Every record of a W&B run file (``run-<id>.wandb``), parsed with W&B's own protobuf
+    schema. The file is a LevelDB-style log (a 7-byte ``:W&B`` header, then 32 KiB blocks of
+    chunks with a 7-byte header: CRC32, length, type FULL/FIRST/MIDDLE/LAST); wandb >= 0.19
+    writes it from its Go core and ships no Python reader, so the framing is read here."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", path
+    block, pos, pending, out = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # too little room for a chunk header: padding up to the next block
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0 and length == 0:
+            pos += left
+            continue
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 2):  # FULL, FIRST
+            pending = chunk
+        else:  # MIDDLE, LAST
+            pending += chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(pending)
+            out.append(record)
+    return out
+
+
+@pytest.fixture
+def read_wandb():
+    """Reads a finished W&B run file (:func:`wandb_records`). W&B's core writes it a moment
+    after ``run.finish()`` returns, so this waits (up to 60 s) for the run's ``exit`` record."""
+    pytest.importorskip("wandb", reason="logger=wandb needs the wandb extra")
+
+    def read(path: Path) -> list:
+        deadline = time.time() + 60
+        while True:
+            records = wandb_records(path)
+            if any(r.WhichOneof("record_type") == "exit" for r in records):
+                return records
+            if time.time() > deadline:
+                raise AssertionError(f"{path} has no exit record after 60 s")
+            time.sleep(0.2)
+
+    return read

@@ -20,8 +20,12 @@ from posx.report.configs import drop_duplicate_runs, parse_where
 from posx.report.configs import where as where_rows
 from posx.report.data import load_evals, load_positions, load_training, metric_by_task, select
 from posx.report.export import to_csv, to_latex, to_markdown, to_rich
+from posx.report.html import to_html
 from posx.report.labels import label_rows, parse_by
+from posx.report.plot_set import Plots, figures
+from posx.report.plots import render as render_figure
 from posx.report.plots_data import position_values, run_labels
+from posx.report.provenance import provenance
 from posx.report.rank import RANK_LENGTHS, rank_table
 from posx.report.tables import WideTable, pivot, summarize
 
@@ -38,6 +42,7 @@ __all__ = [
     "pivot",
     "render",
     "report_figures",
+    "report_plots",
     "rich_renderables",
     "summarize",
     "to_csv",
@@ -60,8 +65,10 @@ class Report:
     rank_lengths: str = "ood"
     digits: int = 3
     ratio: bool = True
-    figures: list | None = None  # drawn on first use, shared by --plot and the HTML page
+    figures: Plots | None = None  # drawn on first use, shared by --plot and the HTML page
     warnings: list[str] = field(default_factory=list)  # e.g. duplicate runs; print on stderr
+    root: Path | None = None
+    rows: pd.DataFrame | None = None  # the labelled eval rows shown (for the provenance)
 
 
 def make_report(
@@ -142,6 +149,8 @@ def make_report(
         digits=digits,
         ratio=ratio,
         warnings=warnings,
+        root=root,
+        rows=frame,
     )
 
 
@@ -156,20 +165,25 @@ def output_format(fmt: str | None, output: Path | None) -> str:
     return "rich"
 
 
-def report_figures(report: Report) -> list:
-    """Every plot of the report as (file stem, matplotlib Figure), drawn once per report."""
-    from posx.report.plots import figures
-
+def report_plots(report: Report) -> Plots:
+    """Every plot of the report (file stem, matplotlib Figure) and the reasons for those left
+    out, drawn once per report."""
     if report.figures is None:
         report.figures = figures(report.tables, report.positions, report.training, report.by)
     return report.figures
 
 
-def render(report: Report, fmt: str, rank_csv: bool = False) -> str:
+def report_figures(report: Report) -> list:
+    """Every plot of the report as (file stem, matplotlib Figure), drawn once per report."""
+    return report_plots(report).figures
+
+
+def render(report: Report, fmt: str, rank_csv: bool = False, base: Path | None = None) -> str:
     """The report as text in ``md``, ``csv``, ``latex`` or ``html`` (plots embedded).
 
     ``csv`` is the long summary, one row per cell, or with ``rank_csv`` the ranking table
-    (one row per variant: mrr, tasks, rank per scenario).
+    (one row per variant: mrr, tasks, rank per scenario). ``base`` is the directory an HTML
+    page is written to: its links to each run's config are relative to it (absolute without).
     """
     opts = {"which": report.rank_lengths, "digits": report.digits, "ratio": report.ratio}
     if fmt == "csv" and rank_csv:
@@ -183,11 +197,20 @@ def render(report: Report, fmt: str, rank_csv: bool = False) -> str:
     if fmt == "csv":
         return to_csv(report.summary)
     if fmt == "html":
-        from posx.report.html import to_html
-        from posx.report.plots import render as render_figure
-
-        figs = [(stem, render_figure(fig, "svg")) for stem, fig in report_figures(report)]
-        return to_html(report.tables, report.rank, figs, **opts)
+        plots = report_plots(report)
+        figs = [(stem, render_figure(fig, "svg")) for stem, fig in plots.figures]
+        origin = None
+        if report.root is not None and report.rows is not None:
+            origin = provenance(report.root, report.rows)
+        return to_html(
+            report.tables,
+            report.rank,
+            figs,
+            **opts,
+            skipped=plots.skipped,
+            origin=origin,
+            base=base,
+        )
     raise ConfigError(f"cannot render format {fmt!r} as text")
 
 

@@ -18,6 +18,8 @@ from posx.errors import ConfigError, PosxError
 from posx.report.configs import PREFIX, attach_configs
 from posx.report.units import AUTO_METRICS
 from posx.results import SCHEMA_VERSION, find_runs, run_info
+from posx.variants import long_label, short_label
+from posx.variants import matches as variant_matches
 
 # One table per combination of these; `--by` moves some of them into the row labels instead.
 IDENTITY = ["task", "train_length", "model", "mode"]
@@ -125,24 +127,24 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
     for col in ("train_length", "eval_length", "seed"):
         if col in frame:
             frame[col] = frame[col].astype(int)
-    frame["variant"] = [
-        f"{enc} [{extra}]" if extra else str(enc)
-        for enc, extra in zip(frame["encoding"], frame["overrides"], strict=True)
-    ]
+    frame["variant"] = variant_labels(frame["encoding"].astype(str), frame["overrides"])
     return frame
+
+
+def variant_labels(encodings: pd.Series, overrides: pd.Series) -> list[str]:
+    """Short variant labels (``rope+yarn×4``, :mod:`posx.variants`); variants whose short labels
+    would coincide keep every override (``rope [encoding.… …]``) so none are merged."""
+    pairs = list(zip(encodings, overrides, strict=True))
+    short = {pair: short_label(*pair) for pair in set(pairs)}
+    owners: dict[str, set[tuple[str, str]]] = {}
+    for pair, label in short.items():
+        owners.setdefault(label, set()).add(pair)
+    return [short[p] if len(owners[short[p]]) == 1 else long_label(*p) for p in pairs]
 
 
 def _split(values: Sequence[str] | None) -> list[str]:
     """Repeated and comma-separated option values as one list."""
     return [v.strip() for text in values or [] for v in text.split(",") if v.strip()]
-
-
-def _matches_variant(overrides: str, wanted: str) -> bool:
-    if wanted == "all":
-        return True
-    if wanted in ("base", "none"):
-        return overrides == ""
-    return set(wanted.split()) <= set(overrides.split())
 
 
 def select(
@@ -158,8 +160,10 @@ def select(
     Args:
         frame: Normalised rows (``load_evals`` or ``load_positions``).
         tasks, encodings, modes: Allowed values (repeated or comma-separated).
-        variants: Eval-time variants to keep: ``base`` (no overrides), ``all``, or
-            space-separated ``key=value`` tokens the row's overrides must all contain.
+        variants: Eval-time variants to keep: ``base`` (no overrides), ``all``, a short label
+            or parts of one (``rope+yarn×4``, ``yarn``, ``yarnx4``), or space-separated
+            ``key=value`` tokens the row's overrides must all contain
+            (:func:`posx.variants.matches`).
         strict: Whether a value that matches no row is an error (else it just selects none).
     """
     for option, col, wanted in (
@@ -179,12 +183,18 @@ def select(
     wanted = [v.strip() for v in variants or [] if v.strip()]
     if wanted:
         keep = pd.Series(False, index=frame.index)
+        idents = frame[["encoding", "overrides", "variant"]].astype(str)
         for value in wanted:
-            hit = frame["overrides"].map(lambda o, v=value: _matches_variant(o, v))
+            hit = pd.Series(
+                [variant_matches(value, *row) for row in idents.itertuples(index=False)],
+                index=frame.index,
+                dtype=bool,
+            )
             if not hit.any() and strict:
-                have = sorted({o or "base" for o in frame["overrides"]})
+                have = sorted(set(frame["variant"]))
                 raise ConfigError(
-                    f"no results for --variant {value!r}; available: {' | '.join(have)}"
+                    f"no results for --variant {value!r}; available: base, all, "
+                    f"{', '.join(have)} (or key=value tokens of the overrides)"
                 )
             keep |= hit
         frame = frame[keep]

@@ -55,7 +55,7 @@ def to_rich(
         # The title goes above as its own line: a table title would wrap to the table's width.
         out.append(Text(title(t.meta), style="bold"))
         table = Table(caption=caption, caption_justify="left")
-        table.add_column("encoding", style="bold")
+        table.add_column("encoding", style="bold", no_wrap=True)  # labels are short
         table.add_column("n", justify="right")
         for length in t.lengths:
             table.add_column(f"L={length}", justify="right")

@@ -1,26 +1,47 @@
-"""A single self-contained HTML page: tables, ranking and every plot embedded as SVG data."""
+"""A single self-contained HTML page: a provenance header, then each table with its own plots
+(SVG embedded as data), the ranking, and every configuration with links to its runs' configs.
+
+The page reads at laptop width: plots scale to the column (two side by side when there is
+room), wide tables scroll inside their own box instead of widening the page.
+"""
 
 from __future__ import annotations
 
 import base64
 from html import escape
+from pathlib import Path
 
 import pandas as pd
 
 from posx.report.export import LEGEND, _rank_cells, rank_title
+from posx.report.plots import slug
+from posx.report.provenance import Provenance, link
 from posx.report.tables import WideTable, cell_parts, title
 
 STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.05em; margin-top: 2em; }
+* { box-sizing: border-box; }
+body { font: 15px/1.45 system-ui, sans-serif; margin: 0 auto; padding: 1em 1.5em 3em;
+       max-width: 1280px; color: #222; }
+h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.1em; margin-top: 2.2em; }
+header.provenance { color: #444; font-size: .9em; border-bottom: 1px solid #ccc;
+                    padding-bottom: .6em; display: flex; flex-wrap: wrap; gap: .2em 1.4em; }
+header.provenance span { white-space: nowrap; }
+.scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: .5em 0; }
-th, td { padding: .25em .7em; border-bottom: 1px solid #ddd; text-align: right; }
+th, td { padding: .25em .7em; border-bottom: 1px solid #ddd; text-align: right;
+         white-space: nowrap; }
 th { border-bottom: 2px solid #444; } td:first-child, th:first-child { text-align: left; }
 td.best { font-weight: bold; background: #e6f4e6; } td.none { color: #888; font-style: italic; }
 .ratio { color: #0b6e99; font-size: .85em; } .few { color: #a66d00; font-size: .85em; }
 .notes { color: #555; font-size: .85em; margin: 0 0 1em 0; padding-left: 1.2em; }
-figure { display: inline-block; margin: .5em; } figure img { max-width: 520px; }
+.plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(440px, 100%), 1fr));
+         gap: 1em; align-items: start; }
+figure { margin: 0; min-width: 0; }
+figure img { width: 100%; height: auto; display: block; }
 figcaption { font-size: .8em; color: #555; } .legend { color: #555; font-size: .9em; }
+.skipped { color: #8a5a00; font-size: .85em; }
+table.configs td, table.configs th { white-space: normal; text-align: left; vertical-align: top; }
+code { font-size: .9em; }
 """
 
 
@@ -39,9 +60,70 @@ def _cell(t: WideTable, row: str, length: int, digits: int, ratio: bool) -> str:
     return f'<td class="{cls}"{tip}>{body}</td>'
 
 
-def _table(header: list[str], rows: list[str]) -> str:
+def _table(header: list[str], rows: list[str], cls: str = "") -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    attr = f' class="{cls}"' if cls else ""
+    table = f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f'<div class="scroll">{table}</div>'
+
+
+def _figure(stem: str, svg: bytes) -> str:
+    data = base64.b64encode(svg).decode()
+    return (
+        f'<figure><img alt="{escape(stem)}" src="data:image/svg+xml;base64,{data}">'
+        f"<figcaption>{escape(stem)}</figcaption></figure>"
+    )
+
+
+def _stems_of(t: WideTable) -> list[str]:
+    """The file stems of the plots that belong under table ``t`` (see ``plots.slug``)."""
+    train = {k: t.meta[k] for k in ("task", "model", "train_length") if k in t.meta}
+    return [
+        slug("length", t.meta, t.metric),
+        slug("heatmap", t.meta, t.metric),
+        slug("positions", t.meta),
+        *([slug("training", train)] if len(train) == 3 else []),
+    ]
+
+
+def _mine(stem: str, wanted: list[str]) -> bool:
+    # plots.figures numbers repeated stems stem-2, stem-3, ...
+    return any(stem == w or (stem.startswith(f"{w}-") and stem[len(w) + 1 :].isdigit())
+               for w in wanted)  # fmt: skip
+
+
+def _header(p: Provenance) -> str:
+    commit = f"git {escape(p.commit)}" if p.commit else "not in a git tree"
+    runs = sum(len(c.runs) for c in p.configs)
+    parts = [
+        f"posx {escape(p.version)}",
+        f"generated {escape(p.generated)}",
+        f"posx source: {commit}",
+        f"results: <code>{escape(str(p.root))}</code>",
+        f'{runs} run(s), {len(p.configs)} distinct config(s) (<a href="#configs">list</a>)',
+    ]
+    return '<header class="provenance">' + "".join(f"<span>{x}</span>" for x in parts) + "</header>"
+
+
+def _configs(p: Provenance, base: Path | None) -> list[str]:
+    rows = []
+    for c in p.configs:
+        seeds = [seed for _, seed, _ in c.runs]
+        unique = len(set(seeds)) == len(seeds)  # else name the runs: same seed, other task/...
+        runs = ", ".join(
+            f'<a href="{escape(link(path, base))}" title="{escape(run)}">'
+            f"{f'seed {seed}' if unique else escape(run)}</a>"
+            for run, seed, path in c.runs
+        )
+        name = f"<code>{escape(c.fingerprint)}</code>" if c.fingerprint else "no saved config"
+        rows.append(
+            f"<tr><td>{name}</td><td>{escape(', '.join(c.labels))}</td><td>{runs}</td></tr>"
+        )
+    return [
+        '<h2 id="configs">Configurations (one per config fingerprint; links open each run\'s '
+        "<code>.hydra/config.yaml</code>)</h2>",
+        _table(["config", "rows", "runs"], rows, cls="configs"),
+    ]
 
 
 def to_html(
@@ -52,42 +134,68 @@ def to_html(
     digits: int = 3,
     ratio: bool = True,
     heading: str = "posx report",
+    skipped: list[tuple[str, str]] | None = None,
+    origin: Provenance | None = None,
+    base: Path | None = None,
 ) -> str:
     """The whole report as one HTML document with no external references.
 
     Args:
         tables: Scenario tables (``pivot``).
         rank: The mean-reciprocal-rank table, or None to leave it out.
-        figures: (caption, SVG bytes) pairs, embedded as data URIs.
+        figures: (file stem, SVG bytes) pairs; each is shown under the table it belongs to.
+        skipped: (file stem, reason) of plots left out; the reason is shown in their place.
+        origin: The provenance header and configuration list, or None to leave them out.
+        base: The directory the page is written to (links to configs are relative to it).
     """
-    body = [f"<h1>{escape(heading)}</h1>", f'<p class="legend">{escape(LEGEND)}.</p>']
-    for t in tables:
+    figures, skipped = list(figures or []), list(skipped or [])
+    body = [f"<h1>{escape(heading)}</h1>"]
+    if origin is not None:
+        body.append(_header(origin))
+    body.append(f'<p class="legend">{escape(LEGEND)}.</p>')
+    shown: set[str] = set()
+    for i, t in enumerate(tables, 1):
         header = ["encoding", "n", *(f"L={x}" for x in t.lengths)]
         rows = []
         for row in t.rows:
             cells = "".join(_cell(t, row, x, digits, ratio) for x in t.lengths)
             rows.append(f"<tr><td>{escape(row)}</td><td>{t.n[row]}</td>{cells}</tr>")
+        body.append(f'<section class="result" id="table-{i}">')
         body.append(f"<h2>{escape(title(t.meta))}</h2>")
         body.append(_table(header, rows))
         if t.notes:
-            notes = "".join(f"<li>[{i}] {escape(n)}</li>" for i, n in enumerate(t.notes, 1))
+            notes = "".join(f"<li>[{k}] {escape(n)}</li>" for k, n in enumerate(t.notes, 1))
             body.append(f'<ul class="notes">{notes}</ul>')
         for remark in t.remarks:
             body.append(f'<p class="notes">Note: {escape(remark)}</p>')
+        stems = _stems_of(t)
+        mine = [(s, svg) for s, svg in figures if _mine(s, stems) and s not in shown]
+        if mine:
+            body.append('<div class="plots">' + "".join(_figure(s, svg) for s, svg in mine))
+            body.append("</div>")
+        shown |= {s for s, _ in mine}
+        for stem, why in skipped:
+            if _mine(stem, stems) and stem not in shown:
+                body.append(f'<p class="skipped">No plot {escape(stem)}: {escape(why)}</p>')
+                shown.add(stem)
+        body.append("</section>")
+    rest = [(s, svg) for s, svg in figures if s not in shown]
+    if rest or any(s not in shown for s, _ in skipped):
+        body.append('<section class="result" id="other-plots"><h2>Other plots</h2>')
+        body.append('<div class="plots">' + "".join(_figure(s, svg) for s, svg in rest) + "</div>")
+        for stem, why in skipped:
+            if stem not in shown:
+                body.append(f'<p class="skipped">No plot {escape(stem)}: {escape(why)}</p>')
+        body.append("</section>")
     if rank is not None and len(rank):
         header, cells = _rank_cells(rank)
         rows = ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in cells]
         body += [f"<h2>{escape(rank_title(which))}</h2>", _table(header, rows)]
-    if figures:
-        body.append("<h2>Plots</h2>")
-        for caption, svg in figures:
-            data = base64.b64encode(svg).decode()
-            body.append(
-                f'<figure><img alt="{escape(caption)}" src="data:image/svg+xml;base64,{data}">'
-                f"<figcaption>{escape(caption)}</figcaption></figure>"
-            )
+    if origin is not None:
+        body += _configs(origin, base)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(heading)}</title><style>{STYLE}</style></head>\n<body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"

@@ -1,5 +1,6 @@
 """Figures (matplotlib, Agg canvas, no display): metric vs eval length, per-position loss,
-encodings x lengths heatmap, training curves. Each encoding keeps one colour in every figure.
+encodings x lengths heatmap, training curves. Each row keeps one colour in every figure
+(:mod:`posx.report.plot_style`); a plot that would be empty is left out with its reason.
 
 matplotlib is the optional ``plots`` extra, imported only when a figure is drawn.
 """
@@ -17,40 +18,18 @@ import pandas as pd
 
 from posx.errors import PosxError
 from posx.report.data import lower_is_better
-from posx.report.labels import table_keys
+from posx.report.plot_style import (
+    fit_title,
+    fraction_axis,
+    integer_axis,
+    line_styles,
+    log2_positions,
+    value_limits,
+)
 from posx.report.tables import WideTable, title
 from posx.report.units import metric_label, unit
 
-# tab10, then the light tab20 shades: distinct on screen and in print.
-PALETTE = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
-    "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
-]  # fmt: skip
-# Fixed slots for the encodings posx ships, so each keeps its colour from report to report.
-KNOWN = [
-    "nope", "sinusoidal", "rope", "alibi", "t5", "learned", "kerple_log", "kerple_power",
-    "fire", "xpos", "cope", "sandwich", "shaw", "transformer_xl", "deberta", "dynamic_bias",
-    "floater", "complex_order", "alibi_learned",
-]  # fmt: skip
-STYLES = ["-", "--", ":", "-."]
 Figures = list[tuple[str, Any]]
-
-
-def encoding_colors(names: Iterable[str]) -> dict[str, str]:
-    """One colour per encoding: fixed slots for posx's own, the rest in sorted order.
-
-    Other encodings take the colours no encoding of this report uses, so every encoding in one
-    report (all its plots) has its own colour while there are no more than 20.
-    """
-    names = set(names)
-    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(KNOWN)}
-    taken = {colors[n] for n in names & set(KNOWN)}
-    free = [c for c in PALETTE if c not in taken] or PALETTE
-    for i, name in enumerate(sorted(names - set(KNOWN))):
-        colors[name] = free[i % len(free)]
-    return colors
 
 
 def _figure(width: float = 6.4, height: float = 4.0) -> Any:
@@ -67,17 +46,6 @@ def _figure(width: float = 6.4, height: float = 4.0) -> Any:
     return fig
 
 
-def _styles(rows: Sequence[str], encodings: dict[str, str]) -> dict[str, str]:
-    """Line style per row: rows of the same encoding (eval-time variants, --by) differ by dash."""
-    seen: dict[str, int] = {}
-    out = {}
-    for row in rows:
-        enc = encodings[row]
-        out[row] = STYLES[seen.get(enc, 0) % len(STYLES)]
-        seen[enc] = seen.get(enc, 0) + 1
-    return out
-
-
 def _log2_lengths(ax: Any, lengths: Sequence[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(lengths), [str(x) for x in lengths])
@@ -89,20 +57,23 @@ def _train_lines(ax: Any, lengths: Iterable[int]) -> None:
         ax.axvline(length, color="0.4", ls=":", lw=1, label="training length" if i == 0 else None)
 
 
+WIDTH, HEIGHT = 6.4, 4.0  # inches; the HTML page scales them to its column
+
+
 def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
     """Metric vs eval length (log2 axis), one line per row, band = mean ± std over seeds."""
-    fig = _figure()
+    fig = _figure(WIDTH, HEIGHT)
     ax = fig.add_subplot()
-    styles = _styles(t.rows, t.encodings)
+    styles = line_styles(t.rows, t.encodings)
     for row in t.rows:
         cells = [(x, t.cell(row, x)) for x in t.lengths]
         ok = [(x, c) for x, c in cells if c.n]
-        color = colors[t.encodings[row]]
+        color = colors[row]
         missing = [x for x, c in cells if c.status in ("unsupported", "failed")]
         label = row + (f" (no value at {', '.join(map(str, missing))})" if missing else "")
         xs = [x for x, _ in ok]
         means = [c.mean for _, c in ok]
-        ax.plot(xs, means, marker="o", ms=3, color=color, ls=styles[row], label=label)
+        ax.plot(xs, means, marker="o", ms=4, color=color, ls=styles[row], label=label)
         spread = [(x, c.mean, c.std) for x, c in ok if c.n > 1 and not math.isnan(c.std)]
         if spread:
             ax.fill_between(
@@ -118,23 +89,29 @@ def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
                     transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
     _train_lines(ax, t.train_lengths.values())
     _log2_lengths(ax, t.lengths)
+    fraction_axis(ax, t.metric)
     ax.set_xlabel("eval length (tokens)")
     ax.set_ylabel(metric_label(t.metric))
-    ax.set_title(title(t.meta), fontsize=9)
+    fit_title(ax, title(t.meta), WIDTH)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
 
 
 def heatmap_figure(t: WideTable, colors: dict[str, str]) -> Any:
-    """Rows x eval lengths coloured by the mean (better = darker); cells with no value hatched."""
-    fig = _figure(1.6 + 0.9 * len(t.lengths), 1.2 + 0.4 * len(t.rows))
+    """Rows x eval lengths coloured by the mean (better = darker); cells with no value hatched.
+
+    Fractions (accuracy, exact match) are coloured on [0, 1], so a table of zeros reads as 0.
+    """
+    width = max(4.0, 1.6 + 0.9 * len(t.lengths) + 0.06 * max(len(r) for r in t.rows))
+    fig = _figure(width, 1.4 + 0.4 * len(t.rows))
     ax = fig.add_subplot()
     values = [
         [t.cell(r, x).mean if t.cell(r, x).n else math.nan for x in t.lengths] for r in t.rows
     ]
     cmap = "viridis" if lower_is_better(t.metric.split("/")[0]) else "viridis_r"
-    image = ax.imshow(values, cmap=cmap, aspect="auto")
+    vmin, vmax = value_limits(t.metric) or (None, None)
+    image = ax.imshow(values, cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
     ax.set_facecolor("0.85")
     for i, row in enumerate(t.rows):
         for j, length in enumerate(t.lengths):
@@ -150,9 +127,9 @@ def heatmap_figure(t: WideTable, colors: dict[str, str]) -> Any:
     ax.set_xticks(range(len(t.lengths)), [str(x) for x in t.lengths])
     ax.set_yticks(range(len(t.rows)), t.rows, fontsize=7)
     for tick, row in zip(ax.get_yticklabels(), t.rows, strict=True):
-        tick.set_color(colors[t.encodings[row]])
+        tick.set_color(colors[row])
     ax.set_xlabel("eval length (tokens)")
-    ax.set_title(title(t.meta), fontsize=8)
+    fit_title(ax, title(t.meta), width, fontsize=8)
     fig.colorbar(image, ax=ax, label=metric_label(t.metric))
     return fig
 
@@ -161,6 +138,16 @@ def _hatch(x: float, y: float) -> Any:
     from matplotlib.patches import Rectangle
 
     return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="//", ec="0.6", lw=0)
+
+
+def longest_buckets(part: pd.DataFrame) -> pd.DataFrame:
+    """Each row's buckets at its longest eval length, with a ``row`` column."""
+    part = part.copy()
+    if "value" not in part:  # rows without a table behind them: plot the loss
+        part = part.assign(value=part["loss"], metric="loss", table_metric="loss")
+    part["row"] = part["label"] if "label" in part else part["variant"]
+    longest = part.groupby("row")["eval_length"].transform("max")
+    return part[part["eval_length"] == longest]
 
 
 def positions_figure(
@@ -172,26 +159,21 @@ def positions_figure(
     Causal attention makes position p's loss depend on tokens 0..p only, so a row that stops
     at a shorter length (unsupported beyond it) still shows the positions it reached.
     """
-    part = part.copy()
-    if "value" not in part:  # rows without a table behind them: plot the loss
-        part = part.assign(value=part["loss"], metric="loss", table_metric="loss")
-    part["row"] = part["label"] if "label" in part else part["variant"]
-    longest = part.groupby("row")["eval_length"].transform("max")
-    part = part[part["eval_length"] == longest]
-    lengths = sorted(set(longest))
+    part = longest_buckets(part)
+    lengths = sorted(set(part["eval_length"]))
     at = f"L={lengths[0]}" if len(lengths) == 1 else "each row's longest eval length"
     encodings = dict(zip(part["row"], part["encoding"], strict=True))
     rows = sorted(encodings)
-    styles = _styles(rows, encodings)
-    fig = _figure()
+    styles = line_styles(rows, encodings)
+    fig = _figure(WIDTH, HEIGHT)
     ax = fig.add_subplot()
     for row in rows:
         runs = part[part["row"] == row]
         stats = runs.groupby(["bucket_start", "bucket_end"])["value"].agg(["mean", "std", "count"])
         stats = stats.reset_index().sort_values("bucket_start")
         mid = (stats["bucket_start"] + stats["bucket_end"]) / 2
-        color = colors[encodings[row]]
-        ax.plot(mid, stats["mean"], color=color, ls=styles[row], label=row)
+        color = colors[row]
+        ax.plot(mid, stats["mean"], color=color, ls=styles[row], marker="o", ms=3, label=row)
         if (stats["count"] > 1).any():
             std = stats["std"].fillna(0)
             ax.fill_between(
@@ -200,48 +182,53 @@ def positions_figure(
     _train_lines(ax, part["train_length"])
     widths = part["bucket_end"] - part["bucket_start"]
     if widths.nunique() > 2:  # power-of-two buckets (eval.buckets=log): equal room per bucket
-        from matplotlib.ticker import FuncFormatter
-
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        log2_positions(ax, float(part["bucket_end"].max()))
+    else:
+        integer_axis(ax.xaxis)
     drawn = "/".join(sorted(set(part["metric"])))
     shown = "/".join(sorted(set(part["table_metric"])))
+    fraction_axis(ax, drawn)
     ax.set_xlabel("position (tokens)")
     ax.set_ylabel(metric_label(drawn))
     note = "" if drawn == shown else f" ({shown} has no per-position value)"
-    ax.set_title(f"{title({**meta, 'metric': drawn})} · per position at {at}{note}", fontsize=9)
+    fit_title(ax, f"{title({**meta, 'metric': drawn})} · per position at {at}{note}", WIDTH)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
 
 
 def training_figure(meta: dict[str, Any], part: pd.DataFrame, colors: dict[str, str]) -> Any:
-    """Training loss vs step, one line per encoding, band = ± std over seeds."""
-    fig = _figure()
+    """Training loss vs step, one line per row label, band = ± std over seeds."""
+    fig = _figure(WIDTH, HEIGHT)
     ax = fig.add_subplot()
-    # One line per row label (a configuration), never an average over different configurations.
-    key = "label" if "label" in part and part["label"].notna().all() else "encoding"
-    for row, runs in sorted(part.groupby(key), key=lambda kv: str(kv[0])):
+    for row, runs in sorted(part.groupby(training_key(part)), key=lambda kv: str(kv[0])):
         stats = runs.groupby("step")["loss"].agg(["mean", "std", "count"]).reset_index()
-        color = colors[str(runs["encoding"].iloc[0])]
+        color = colors.get(str(row), colors.get(str(runs["encoding"].iloc[0]), "0.3"))
         ax.plot(
             stats["step"],
             stats["mean"],
             color=color,
+            marker="o" if len(stats) < 3 else None,  # one or two logged steps: still visible
+            ms=3,
             label=f"{row} (n={runs['run_dir'].nunique()})",
         )
         if (stats["count"] > 1).any():
             std = stats["std"].fillna(0)
             ax.fill_between(stats["step"], stats["mean"] - std, stats["mean"] + std,
                             color=color, alpha=0.18, lw=0)  # fmt: skip
+    integer_axis(ax.xaxis)
     ax.set_xlabel("step")
     ax.set_ylabel(f"training loss [{unit('loss')}]")
-    ax.set_title(
-        f"{meta['task']} · model {meta['model']} · trained at {meta['train_length']}", fontsize=9
-    )
+    text = f"{meta['task']} · model {meta['model']} · trained at {meta['train_length']} tokens"
+    fit_title(ax, f"training loss · {text}", WIDTH)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
+
+
+def training_key(part: pd.DataFrame) -> str:
+    # One line per row label (a configuration), never an average over different configurations.
+    return "label" if "label" in part and part["label"].notna().all() else "encoding"
 
 
 def slug(kind: str, meta: dict[str, Any], metric: str = "") -> str:
@@ -251,40 +238,6 @@ def slug(kind: str, meta: dict[str, Any], metric: str = "") -> str:
         parts[3] = f"L{parts[3]}"
     text = "_".join(str(p) for p in [*parts, metric] if p not in (None, ""))
     return re.sub(r"[^A-Za-z0-9._=+-]+", "-", text).strip("-")
-
-
-def figures(
-    tables: list[WideTable],
-    positions: pd.DataFrame | None,
-    training: pd.DataFrame | None,
-    by: Sequence[str] = (),
-) -> Figures:
-    """Every figure of a report as (file stem, Figure), colours shared across all of them."""
-    names = {e for t in tables for e in t.encodings.values()}
-    for frame in (positions, training):
-        if frame is not None:
-            names |= set(frame["encoding"].astype(str))
-    colors = encoding_colors(names)
-    out: Figures = []
-    for t in tables:
-        out.append((slug("length", t.meta, t.metric), length_figure(t, colors)))
-        out.append((slug("heatmap", t.meta, t.metric), heatmap_figure(t, colors)))
-    keys = table_keys(by)
-    if positions is not None and len(positions):
-        for key, part in positions.groupby(keys) if keys else [((), positions)]:
-            meta = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
-            fig = positions_figure(meta, part, by, colors)
-            out.append((slug("positions", meta), fig))
-    if training is not None and len(training):
-        for key, part in training.groupby(["task", "model", "train_length"]):
-            meta = dict(zip(["task", "model", "train_length"], key, strict=True))
-            out.append((slug("training", meta), training_figure(meta, part, colors)))
-    stems: dict[str, int] = {}
-    unique: Figures = []
-    for stem, fig in out:
-        stems[stem] = stems.get(stem, 0) + 1
-        unique.append((stem if stems[stem] == 1 else f"{stem}-{stems[stem]}", fig))
-    return unique
 
 
 def render(fig: Any, fmt: str) -> bytes:

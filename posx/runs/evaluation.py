@@ -3,6 +3,7 @@ interrupted run does to the others."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,9 @@ from posx.config import eval_lengths
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluator import evaluate_run
 from posx.results import find_runs, run_config
+from posx.tracking import log_eval_rows
+
+log = logging.getLogger(__name__)
 
 
 def protocol_overrides(
@@ -73,6 +77,7 @@ def evaluate_runs(
     device: str = "auto",
     progress: bool = False,
     on_run: Callable[[Path, list[dict[str, Any]]], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> dict[Path, list[dict[str, Any]]]:
     """Evaluates each run at ``lengths`` (default: the run's own ``eval.lengths``).
 
@@ -83,6 +88,8 @@ def evaluate_runs(
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         progress: A progress bar per run.
         on_run: Called with each run and its rows as soon as it is done.
+        on_warning: Called with each warning (a run's tracker could not take its rows);
+            default: logged.
 
     Returns:
         The rows written, per run.
@@ -103,6 +110,8 @@ def evaluate_runs(
         done[run] = rows
         if on_run is not None:
             on_run(run, rows)
+        for problem in log_eval_rows(run, rows):  # the trackers the run was trained with
+            (on_warning or log.warning)(f"{run.name}: {problem}")
     return done
 
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import traceback
 from pathlib import Path
@@ -35,31 +36,48 @@ from posx.distributed import barrier, broadcast_from_main, init_process_group, w
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluator import evaluate_run
 from posx.labels import chosen_options, run_names
-from posx.results import write_json
+from posx.results import run_info, write_json
 from posx.runs.evaluation import failures
+from posx.runs.messages import next_commands, run_summary, sweep_summary
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
 from posx.sweeps import sweep_status
+from posx.tracking import Trackers, check_loggers, open_trackers
 from posx.trainer import train
 
+log = logging.getLogger(__name__)
 
-def train_and_evaluate(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> dict[str, Any]:
+
+def train_and_evaluate(
+    cfg: DictConfig, run_dir: Path, names: dict[str, str], sweep_dir: Path | None = None
+) -> dict[str, Any]:
     """One run: trains as configured, then (``train.eval_at_end``) evaluates at the eval lengths
     with the trained model in memory. Under torchrun rank 0 evaluates while the others wait.
+
+    The experiment trackers the config selects (``logger``) receive the config, the training
+    curve and the eval rows; ``sweep_dir`` groups the run with the other jobs of its sweep.
 
     Returns:
         The training summary (final loss, tokens/s, parameters, seconds, world size).
 
     Raises:
+        ConfigError: A tracker is not installed or cannot start (before training).
         PosxError: An eval length failed (its row, with the reason, is written first).
     """
-    result = train(cfg, run_dir, names)
     w = world()
     failed: list[str] = []
-    if cfg.train.eval_at_end and w.is_main:
-        lengths = eval_lengths(cfg)
-        rows = evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
-        failed = failures(rows)
-    barrier(w)
+    rows = None
+    with open_trackers(cfg, run_dir, names, sweep_dir) if w.is_main else Trackers([]) as tracked:
+        result = train(cfg, run_dir, names, on_log=tracked.log_train)
+        if cfg.train.eval_at_end and w.is_main:
+            lengths = eval_lengths(cfg)
+            log.info(f"evaluating at L={','.join(map(str, lengths))} ({cfg.eval.mode} mode)")
+            rows = evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
+            tracked.log_eval(rows)
+            failed = failures(rows)
+        if w.is_main:
+            for line in run_summary(run_dir, result.summary, rows, int(cfg.train.length)):
+                log.info(line)
+        barrier(w)
     if failed:  # the rows (with their reasons) are written; the run must not look finished
         raise PosxError(f"evaluation failed at {'; '.join(failed)}")
     return result.summary
@@ -76,11 +94,20 @@ def _job(cfg: DictConfig, debug: bool) -> float | None:
     goes on (the caller counts the failures afterwards)."""
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
     try:
+        if world().is_main:
+            log.info(f"run directory: {run_dir}")
         validate(cfg)
-        return train_and_evaluate(cfg, run_dir, _names(cfg))["final_loss"]
+        check_loggers(cfg)
+        sweep_dir = Path(hc.sweep.dir) if multirun else None
+        final_loss = train_and_evaluate(cfg, run_dir, _names(cfg), sweep_dir)["final_loss"]
+        if world().is_main and not multirun:  # a sweep names its next commands once, at its end
+            for line in next_commands(run_dir, Path(cfg.root), eval_lengths(cfg)):
+                log.info(line)
+        return final_loss
     except Interrupted as err:  # Ctrl-C: the run is resumable, the sweep stops
-        print(f"posx: {err}", file=sys.stderr)
+        _error(f"posx: {err}")
         raise SystemExit(err.exit_code) from err
     except KeyboardInterrupt as err:  # a second Ctrl-C: stop now, without a new checkpoint
         try:
@@ -91,7 +118,7 @@ def _job(cfg: DictConfig, debug: bool) -> float | None:
         message = f"stopped at once by a second Ctrl-C; {kept}"
         if world().is_main:
             mark_failed(run_dir, message)
-        print(f"posx: {message}", file=sys.stderr)
+        _error(f"posx: {message}")
         raise SystemExit(130) from err
     except Exception as err:
         message = one_line(err)
@@ -101,11 +128,20 @@ def _job(cfg: DictConfig, debug: bool) -> float | None:
             mark_failed(run_dir, message)
         if debug:
             traceback.print_exc()
-        if hc.mode == RunMode.MULTIRUN:
-            print(f"posx: run {run_dir.name} failed: {message}", file=sys.stderr)
+        if multirun:
+            _error(f"posx: run {run_dir.name} failed: {message}")
             return None
-        print(f"posx: error: {message}", file=sys.stderr)
+        _error(f"posx: error: {message}")
         raise SystemExit(err.exit_code if isinstance(err, PosxError) else 1) from err
+
+
+def _error(message: str) -> None:
+    """An error on stderr and in the run's posx.log. Other torchrun ranks have no job logging
+    (rank 0 alone writes files), so they print it."""
+    if world().is_main:
+        log.error(message)
+    else:
+        print(message, file=sys.stderr)
 
 
 def mark_failed(run_dir: Path, message: str) -> None:
@@ -179,6 +215,10 @@ def run_train(args: list[str], debug: bool = False, dirs: list[Path] | None = No
             "hydra/hydra_logging=disabled",
         ]
     register()
+    checked = not NO_CHECK_FLAGS & set(flags) and "--cfg" not in flags
+    sweep_dir = sweep_dir_of([*overrides, *extra], dirs) if multirun and checked else None
+    if sweep_dir is not None and w.is_main:
+        print(f"sweep directory: {sweep_dir}", flush=True)
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
     def hydra_train(cfg: DictConfig) -> float | None:
@@ -193,18 +233,37 @@ def run_train(args: list[str], debug: bool = False, dirs: list[Path] | None = No
         raise ConfigError(one_line(err)) from err
     finally:
         sys.argv = saved_argv
-    if multirun and not NO_CHECK_FLAGS & set(flags) and "--cfg" not in flags:
-        _raise_if_jobs_failed(sweep_dir_of([*overrides, *extra], dirs))
+    if sweep_dir is not None:
+        _end_of_sweep(sweep_dir)
 
 
-def _raise_if_jobs_failed(sweep_dir: Path) -> None:
-    """Counts the sweep's failed jobs from their ``run.json`` files, which every launcher's
-    workers write, so the exit code is right for joblib and submitit workers too."""
+def _end_of_sweep(sweep_dir: Path) -> None:
+    """Prints where the sweep is and what to run next; raises when jobs failed.
+
+    The failed jobs are counted from their ``run.json`` files, which every launcher's workers
+    write, so the exit code is right for joblib and submitit workers too.
+    """
     if not (sweep_dir / "multirun.yaml").is_file():
         return
-    failed = [j.run_dir.name for j in sweep_status(sweep_dir) if j.status == "failed" and j.run_dir]
+    jobs = sweep_status(sweep_dir)
+    failed = [j.run_dir.name for j in jobs if j.status == "failed" and j.run_dir]
+    print("\n".join(sweep_summary(sweep_dir, len(jobs), failed)), flush=True)
     if failed:
         raise PosxError(f"{len(failed)} run(s) of the sweep failed: {', '.join(failed)}")
+
+
+def finished(run_dir: Path) -> str | None:
+    """Why there is nothing to resume (trained to its last step and evaluated), else None."""
+    try:
+        info = run_info(run_dir)
+    except (PosxError, ValueError):  # no or damaged run.json: let training say what is wrong
+        return None
+    if info.get("status") != "trained" or not (run_dir / "eval.csv").is_file():
+        return None
+    return (
+        f"{run_dir} already finished: trained {info.get('steps')} of {info.get('steps')} steps "
+        f"and evaluated; nothing to resume (evaluate again with `posx eval {run_dir}`)"
+    )
 
 
 def run_resume(run_dir: Path, debug: bool = False, dirs: list[Path] | None = None) -> None:
@@ -215,6 +274,10 @@ def run_resume(run_dir: Path, debug: bool = False, dirs: list[Path] | None = Non
     if not overrides_file.is_file():
         raise ConfigError(f"not a posx run directory (no .hydra/overrides.yaml): {run_dir}")
     verify_checkpoint(run_dir, resume=True)  # damage fails here, before run.json is touched
+    done = finished(run_dir)
+    if done:
+        print(done, flush=True)
+        return
     overrides = [str(o) for o in OmegaConf.load(overrides_file)]
     overrides = [o for o in overrides if not o.startswith(("train.resume=", "hydra."))]
     hydra_file = run_dir / ".hydra" / "hydra.yaml"

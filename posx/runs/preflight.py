@@ -16,6 +16,7 @@ from posx.config import check_group_value, compose, one_line, validate
 from posx.config_path import user_config_dirs
 from posx.errors import ConfigError
 from posx.results import check_writable
+from posx.tracking import check_loggers
 
 # Hydra's command-line flags that take a value (``-m``/``--multirun`` and friends take none).
 # Hydra has no public API for its argument parser, so this mirrors ``hydra --help``.
@@ -105,6 +106,7 @@ def check_overrides(
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
         cfg = compose(list(combo), dirs)
         validate(cfg)
+        check_loggers(cfg)  # a tracker that is not installed: one line, before any run starts
         if build:
             check_buildable(cfg)
 

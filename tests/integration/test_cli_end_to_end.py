@@ -16,8 +16,25 @@ def only_run(root: Path) -> Path:
 
 
 def test_train_eval_report(posx, tiny_overrides, tmp_path):
-    posx("train", "encoding=alibi", *tiny_overrides, check=True)
+    # stdout is a pipe here (as under SLURM): progress is plain lines, one per logged step
+    progress = ["train.progress=true", "train.progress_every=0"]
+    out = posx("train", "encoding=alibi", *tiny_overrides, *progress, check=True).stdout
     run = only_run(tmp_path)
+    lines = out.splitlines()
+    assert lines[0] == f"run directory: {run}"
+    assert [x.split("(")[0].strip() for x in lines if x.startswith("step ")] == [
+        "step 10/30", "step 20/30", "step 30/30"
+    ]  # fmt: skip
+    assert all(" loss " in x and " lr " in x and " grad " in x and " tok/s" in x
+               for x in lines if x.startswith("step "))  # fmt: skip
+    assert "\r" not in out and "\x1b[" not in out  # no live bar, no terminal codes
+    summary = lines[lines.index(f"done: {run}") :]
+    assert summary[1].startswith("trained in ") and summary[2].startswith("eval: exact match")
+    assert summary[3].startswith("  L=16  ") and summary[4].startswith("  L=32  ")
+    assert summary[5] == "next:" and summary[6].startswith(f"  posx report --root {tmp_path}")
+    log = (run / "posx.log").read_text()  # the run's own log holds all of it, timestamped
+    for text in (f"run directory: {run}", "step 30/30", f"done: {run}", "L=32", "posx report"):
+        assert text in log, text
     assert run.parent == tmp_path / "runs" and run.name.startswith("copy_alibi_L16_s0_")
     assert (run / ".hydra" / "config.yaml").is_file()
     assert (run / "checkpoint" / "model.safetensors").is_file()
@@ -42,10 +59,17 @@ def test_train_eval_report(posx, tiny_overrides, tmp_path):
 
     csv = posx("report", "--root", str(tmp_path), "--format", "csv", "--metric", "loss", check=True)
     table = pd.read_csv(io.StringIO(csv.stdout), keep_default_na=False)
-    assert set(table["variant"]) == {"alibi", "alibi [eval.seed=7]"}
+    assert set(table["variant"]) == {"alibi", "alibi+eval.seed=7"}
     assert (table["n"] == 1).all()
     md = posx("report", "--root", str(tmp_path), "--format", "md", check=True).stdout
     assert "| alibi |" in md and "L=64" in md
+
+    # resuming a finished run says so, and draws no progress bar
+    before = (run / "run.json").read_text()
+    resumed = posx("resume", str(run), check=True)
+    assert "already finished: trained 30 of 30 steps and evaluated" in resumed.stdout
+    assert "nan" not in resumed.stdout + resumed.stderr and "tok/s" not in resumed.stdout
+    assert (run / "run.json").read_text() == before
 
 
 def test_sweep_of_two_encodings(posx, tiny_overrides, tmp_path):

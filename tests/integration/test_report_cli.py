@@ -45,7 +45,7 @@ def eval_rows(root: Path) -> pd.DataFrame:
         frames.append(frame)
     rows = pd.concat(frames, ignore_index=True)
     rows["overrides"] = rows["overrides"].fillna("")
-    rows["variant"] = rows["encoding"] + rows["overrides"].map(lambda o: f" [{o}]" if o else "")
+    rows["variant"] = rows["encoding"] + rows["overrides"].map(lambda o: f"+{o}" if o else "")
     return rows
 
 
@@ -89,7 +89,7 @@ def test_mean_std_n_and_ratio_match_pandas(cli, tree):
     assert np.allclose(got_ok.xs(16, level="eval_length")["ratio_mean"], 1.0)
 
     bad = got[got["status"] != "ok"]
-    assert set(bad["variant"]) == {"learned", "learned [eval.seed=7]"}
+    assert set(bad["variant"]) == {"learned", "learned+eval.seed=7"}
     assert (bad["n"] == 0).all() and bad["mean"].isna().all()
     assert bad["reason"].str.contains("16 positions").all()
 
@@ -173,9 +173,9 @@ def test_filters_by_and_variants(cli, tree):
     assert base["overrides"].isna().all()  # empty in the CSV
     seeded = csv_of(cli, "--root", str(tree), "--variant", "eval.seed=7")
     assert set(seeded["variant"]) == {
-        "nope [eval.seed=7]",
-        "alibi [eval.seed=7]",
-        "learned [eval.seed=7]",
+        "nope+eval.seed=7",
+        "alibi+eval.seed=7",
+        "learned+eval.seed=7",
     }
     per_seed = csv_of(cli, "--root", str(tree), "--by", "seed", "--task", "text")
     assert (per_seed["n"] == 1).all() and set(per_seed["seed"]) == {0, 1}

@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
-from posx.evaluate import evaluate_run
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
 from posx.config import compose
+from posx.evaluator import evaluate_run
 from posx.runs.launch import train_and_evaluate
 
 WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "a", "on"]

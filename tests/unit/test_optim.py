@@ -15,7 +15,7 @@ from posx.config import CONFIG_DIR
 from posx.encodings.base import PositionalEncoding
 from posx.errors import PosxError
 from posx.losses import masked_loss
-from posx.optim import lr_at, make_optimizer, parameter_groups
+from posx.optim import grad_norm, lr_at, make_optimizer, parameter_groups
 from posx.tasks.base import Batch
 
 ENCODINGS = sorted(p.stem for p in (CONFIG_DIR / "encoding").glob("*.yaml"))
@@ -184,3 +184,15 @@ def test_masked_loss_without_scored_targets_is_nan():
     batch = Batch(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
                   torch.zeros(1, 2, dtype=torch.bool))  # fmt: skip
     assert math.isnan(masked_loss(torch.zeros(1, 2, 3), batch).item())
+
+
+def test_grad_norm_measures_without_touching_and_clips_when_asked():
+    model = torch.nn.Linear(4, 3)
+    model(torch.ones(2, 4)).pow(2).sum().mul(100).backward()
+    before = [p.grad.clone() for p in model.parameters()]
+    expected = torch.linalg.vector_norm(torch.cat([g.flatten() for g in before]))
+    assert torch.allclose(grad_norm(model), expected)
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), before, strict=True))
+    assert torch.allclose(grad_norm(model, clip=1.0), expected)  # the norm before clipping
+    clipped = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert clipped == pytest.approx(1.0, rel=1e-4)

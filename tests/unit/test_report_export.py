@@ -73,7 +73,7 @@ def test_markdown_parses_back(report):
     assert body["rope"] == ["2", "1.100 ± 0.141", "3.200 ± 0.283 ×2.92"]
     assert body["my_enc"] == ["1", "0.900", "**1.100** ×1.22"]
     assert body["learned"] == ["1", "**0.800**", "unsupported [1]"]
-    assert body["rope [encoding.scaling.factor=2]"] == ["1", "—", "2.000 ×2.00"]
+    assert body["rope+scaling.factor=2"] == ["1", "—", "2.000 ×2.00"]
     assert "- [1] unsupported: 50% of the table \\| too long" in text
     assert ranking[0] == ["encoding", "MRR", "tasks", "copy", "text"]
     assert {r[0]: r[1] for r in ranking[2:]}["alibi"] == "1.000"

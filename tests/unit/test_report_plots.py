@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
-import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
+from report_trees import ENCODINGS, LOG_BUCKETS, make_exact_tree, make_tree
 
 from posx.errors import PosxError
-from posx.report import make_report, render, report_figures
-from posx.report.plots import KNOWN, PALETTE, encoding_colors, write_plots
-
-ENCODINGS = {"rope": [2.0, 2.6, 4.0], "alibi": [2.0, 2.1, 2.2], "learned": [1.9, None, None]}
-
-
-def make_tree(root: Path, positions: bool = True) -> None:
-    """Two seeds of three encodings: eval.csv, eval_positions.csv, metrics.csv, run.json."""
-    for enc, losses in ENCODINGS.items():
-        for seed in (0, 1):
-            run = root / "runs" / f"copy_{enc}_s{seed}"
-            run.mkdir(parents=True)
-            ident = {"schema_version": 1, "run": run.name, "encoding": enc, "task": "copy",
-                     "model": "tiny", "seed": seed, "train_length": 16}  # fmt: skip
-            (run / "run.json").write_text(json.dumps(ident))
-            evals, buckets = [], []
-            for length, loss in zip((16, 32, 64), losses, strict=True):
-                ok = loss is not None
-                key = {**ident, "mode": "full", "overrides": "", "eval_length": length,
-                       "window": length, "stride": length}  # fmt: skip
-                evals.append({**key, "status": "ok" if ok else "unsupported",
-                              "reason": "" if ok else "too long",
-                              "loss": loss + 0.1 * seed if ok else math.nan})  # fmt: skip
-                if ok:
-                    for start in range(0, length, 8):
-                        buckets.append({**key, "status": "ok", "reason": "", "bucket_start": start,
-                                        "bucket_end": start + 8, "tokens": 8,
-                                        "loss": loss + start / 64, "acc": 0.5})  # fmt: skip
-            pd.DataFrame(evals).to_csv(run / "eval.csv", index=False)
-            if positions:
-                pd.DataFrame(buckets).to_csv(run / "eval_positions.csv", index=False)
-            steps = pd.DataFrame({"step": [10, 20, 30], "loss": [3.0, 2.5, 2.0 + seed / 10]})
-            steps.to_csv(run / "metrics.csv", index=False)
+from posx.report import make_report, render, report_figures, report_plots
+from posx.report.plot_style import KNOWN, PALETTE, encoding_colors
+from posx.report.plots import write_plots
 
 
 def test_every_plot_is_written_as_png_and_svg(tmp_path):
@@ -117,3 +84,61 @@ def test_without_matplotlib_plots_fail_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(PosxError, match=r"plots need matplotlib: pip install 'posx\[plots\]'"):
         report_figures(report)
+
+
+def test_each_variant_has_its_own_colour_and_short_label(tmp_path):
+    make_exact_tree(tmp_path, LOG_BUCKETS)
+    figs = dict(report_figures(make_report(tmp_path, variants=["all"])))
+    length = figs["length_copy_tiny_L16_full_exact_match"].axes[0]
+    colours = {
+        ln.get_label(): to_hex(ln.get_color()) for ln in length.lines if ln.get_label()[0] != "_"
+    }
+    colours.pop("training length")
+    assert set(colours) == {"rope", "rope+yarn×4", "rope+ntk×8"}
+    assert len(set(colours.values())) == 3
+    assert colours["rope"] == encoding_colors(["rope"])["rope"]  # the plain row keeps its colour
+    positions = figs["positions_copy_tiny_L16_full"].axes[0]
+    assert {ln.get_label(): to_hex(ln.get_color()) for ln in positions.lines
+            if ln.get_label() in colours} == colours  # fmt: skip
+
+
+def test_fraction_axes_are_zero_to_one(tmp_path):
+    make_exact_tree(tmp_path, LOG_BUCKETS)
+    figs = dict(report_figures(make_report(tmp_path, variants=["all"])))
+    low, high = figs["length_copy_tiny_L16_full_exact_match"].axes[0].get_ylim()
+    assert low < 0 < 1 < high and high - low < 1.1  # not the ±0.04 of an all-zero column
+    heat = figs["heatmap_copy_tiny_L16_full_exact_match"]
+    image = heat.axes[0].images[0]
+    assert (image.norm.vmin, image.norm.vmax) == (0.0, 1.0)
+    low, high = figs["positions_copy_tiny_L16_full"].axes[0].get_ylim()  # token accuracy
+    assert low < 0 < 1 < high
+
+
+def test_position_axis_has_integer_ticks_only(tmp_path):
+    make_exact_tree(tmp_path, LOG_BUCKETS)
+    fig = dict(report_figures(make_report(tmp_path)))["positions_copy_tiny_L16_full"]
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    assert "0.5" not in [t.get_text() for t in ax.get_xticklabels()]
+
+
+def test_single_bucket_positions_plot_is_left_out_with_the_reason(tmp_path):
+    make_exact_tree(tmp_path)  # one bucket per length
+    plots = report_plots(make_report(tmp_path))
+    assert not any(stem.startswith("positions") for stem, _ in plots.figures)
+    (stem, why), *_ = plots.skipped
+    assert stem == "positions_copy_tiny_L16_full" and "single position bucket" in why
+    page = render(make_report(tmp_path), "html")
+    assert "single position bucket" in page
+
+
+def test_titles_fit_inside_their_figures(tmp_path):
+    make_exact_tree(tmp_path, LOG_BUCKETS)
+    for stem, fig in report_figures(make_report(tmp_path, variants=["all"])):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        box = fig.axes[0].title.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, stem

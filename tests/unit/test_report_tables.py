@@ -77,7 +77,7 @@ def test_ratio_is_the_metric_over_the_runs_own_value_at_its_training_length():
     assert got.loc[("a", 16), "ratio_mean"] == pytest.approx(1.75)
     assert got.loc[("a", 16), "ratio_std"] == pytest.approx(math.sqrt(2 * 0.25**2))
     assert got.loc[("a", 8), "ratio_mean"] == pytest.approx(1.0)
-    assert got.loc[("a [encoding.base=9]", 16), "ratio_mean"] == pytest.approx(1.5)
+    assert got.loc[("a+base=9", 16), "ratio_mean"] == pytest.approx(1.5)
     # ×r is a ratio of the metric the table shows, here accuracy acc = 1 / (1 + loss):
     # a seed 0 (1/3)/(1/2) = 2/3, seed 1 (1/4)/(1/3) = 3/4 (it used to be the loss ratio, 1.75)
     acc = cells(summarize(frame(), "acc"))
@@ -146,10 +146,10 @@ def test_select_filters_and_errors():
     rows = normalize(frame())
     assert set(select(rows, encodings=["a,b"])["encoding"]) == {"a", "b"}
     assert set(select(rows, variants=["base"])["overrides"]) == {""}
-    assert set(select(rows, variants=["encoding.base=9"])["variant"]) == {"a [encoding.base=9]"}
+    assert set(select(rows, variants=["encoding.base=9"])["variant"]) == {"a+base=9"}
     with pytest.raises(ConfigError, match=r"no results for --encoding 'z'; available: a, b"):
         select(rows, encodings=["z"])
-    with pytest.raises(ConfigError, match=r"--variant 'x=2'; available: base \| encoding"):
+    with pytest.raises(ConfigError, match=r"--variant 'x=2'; available: base, all, a, a\+base=9"):
         select(rows, variants=["x=2"])
     assert select(rows, encodings=["z"], strict=False).empty
 

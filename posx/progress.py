@@ -1,0 +1,99 @@
+"""Training progress: a live bar on a terminal, plain periodic lines everywhere else.
+
+Under SLURM or with stdout piped to a file, a live bar is one ever-rewritten line; there posx
+prints a plain line every ``train.progress_every`` seconds instead (first and last logged step
+always). The same lines go to the run's ``posx.log`` in both cases (see :mod:`posx.logs`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+log = logging.getLogger("posx.train")
+
+
+def stdout_is_terminal() -> bool:
+    """Whether stdout is an interactive terminal (rich's view: FORCE_TERMINAL, Jupyter, tty)."""
+    return Console().is_terminal
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h04m``."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def progress_line(step: int, total: int, row: dict[str, Any], eta: float) -> str:
+    """``step 40/100 (40%)  loss 2.4844  lr 2.9e-03  grad 0.512  2,375 tok/s  eta 1m12s``."""
+    width = len(str(total))
+    parts = [f"step {step:>{width}}/{total} ({100 * step // max(total, 1):>3}%)"]
+    parts.append(f"loss {row['loss']:.4f}")
+    parts.append(f"lr {row['lr']:.2e}")
+    if row.get("grad_norm") is not None and math.isfinite(row["grad_norm"]):
+        parts.append(f"grad {row['grad_norm']:.3g}")
+    parts.append(f"{row['tokens_per_s']:,.0f} tok/s")
+    parts.append(f"eta {duration(eta)}" if step < total else f"took {duration(row['seconds'])}")
+    return "  ".join(parts)
+
+
+class TrainProgress:
+    """The live bar (terminal, ``train.progress``) and the periodic plain lines.
+
+    Args:
+        name: The run's name, shown on the bar.
+        total: Steps to train to.
+        start: The step training starts from (a resumed run's checkpoint).
+        enabled: ``train.progress`` and this process writes (rank 0).
+        every: Seconds between plain lines.
+    """
+
+    def __init__(self, name: str, total: int, start: int, enabled: bool, every: float) -> None:
+        self.total, self.start, self.every = total, start, every
+        self.live = enabled and stdout_is_terminal()
+        self.lines_on_console = enabled and not self.live
+        self.last_line = -math.inf
+        self.began = time.perf_counter()
+        self.bar = Progress(
+            TextColumn(f"[bold]{name}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[tps]} tok/s"),
+            TimeRemainingColumn(),
+            disable=not self.live or start >= total,
+        )
+        # no loss or speed before the first logged step (never a made-up 0 or nan)
+        self.task = self.bar.add_task("train", total=total, completed=start, loss="—", tps="—")
+
+    def __enter__(self) -> TrainProgress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(*exc)  # type: ignore[arg-type]
+
+    def update(self, step: int, row: dict[str, Any]) -> None:
+        """A logged step: moves the bar; writes a plain line when one is due."""
+        loss, tps = f"{row['loss']:.4f}", f"{row['tokens_per_s']:,.0f}"
+        self.bar.update(self.task, completed=step, loss=loss, tps=tps)
+        now = time.perf_counter()
+        first = self.last_line == -math.inf
+        if not (first or step >= self.total or now - self.last_line >= self.every):
+            return
+        self.last_line = now
+        done = step - self.start
+        eta = (now - self.began) / done * (self.total - step) if done > 0 else math.nan
+        line = progress_line(step, self.total, row, eta)
+        log.info(line, extra={"console": self.lines_on_console})

@@ -1,0 +1,92 @@
+"""What ``posx train`` tells the user: where the run is, what it measured, what to do next.
+
+Each function returns lines; the caller logs them (a run's lines also land in its
+``posx.log``) or prints them (a sweep's, which belong to no single run).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from posx.progress import duration
+from posx.report.units import NAMES, auto_metric, unit
+
+
+def _path(path: Path) -> str:
+    return shlex.quote(str(path))
+
+
+def eval_table(rows: Sequence[dict[str, Any]], train_length: int) -> list[str]:
+    """The run's eval rows as aligned lines in the report's metric, with ×r (relative to the
+    training length) and the reason for any length without a value."""
+    ok = [r for r in rows if r.get("status", "ok") == "ok"]
+    metric = auto_metric(ok[0]) if ok else "loss"
+    reference = next(
+        (float(r[metric]) for r in ok if r["eval_length"] == train_length and r["mode"] == "full"),
+        math.nan,
+    )
+    ratios = math.isfinite(reference) and reference != 0 and len(ok) > 1
+    head = f"eval: {NAMES.get(metric, metric)} [{unit(metric)}]"
+    lines = [head + (f", ×r = relative to L={train_length}" if ratios else "")]
+    width = max(len(str(r["eval_length"])) for r in rows) if rows else 1
+    for r in sorted(rows, key=lambda r: (r["eval_length"], r.get("mode", ""))):
+        head = f"  L={r['eval_length']:<{width}}"
+        if r.get("mode", "full") != "full":
+            head += f" ({r['mode']})"
+        if r.get("status", "ok") != "ok":
+            lines.append(f"{head}  {r['status']}: {r.get('reason') or 'no reason recorded'}")
+            continue
+        value = float(r[metric])
+        text = f"{head}  {value:.4f}"
+        if ratios and r["eval_length"] != train_length:
+            text += f"  ×{value / reference:.2f}"
+        lines.append(text)
+    return lines
+
+
+def run_summary(
+    run_dir: Path,
+    summary: dict[str, Any],
+    rows: Sequence[dict[str, Any]] | None,
+    train_length: int,
+) -> list[str]:
+    """The lines logged when a run ends: its training numbers and its eval table.
+
+    Args:
+        run_dir: The run directory.
+        summary: ``train``'s summary (final loss, tokens/s, seconds, parameters).
+        rows: The eval rows written at the end of training, or None when it did not evaluate.
+        train_length: ``train.length``.
+    """
+    lines = [
+        f"done: {run_dir}",
+        f"trained in {duration(summary['seconds'])}: final loss {summary['final_loss']:.4f} "
+        f"{unit('loss')}, {summary['tokens_per_s']:,.0f} tok/s, "
+        f"{summary['parameters']:,} parameters",
+    ]
+    return lines + (eval_table(rows, train_length) if rows else [])
+
+
+def next_commands(run_dir: Path, root: Path, lengths: Sequence[int]) -> list[str]:
+    """What to run after a single run: compare it, evaluate it further."""
+    longer = f"{2 * max(lengths)},{4 * max(lengths)}" if lengths else "1024,2048"
+    return [
+        "next:",
+        f"  posx report --root {_path(root)}    # compare with the other runs",
+        f"  posx eval {_path(run_dir)} --lengths {longer}    # evaluate at longer lengths",
+    ]
+
+
+def sweep_summary(sweep_dir: Path, jobs: int, failed: Sequence[str]) -> list[str]:
+    """The lines printed when a sweep ends."""
+    status = f"{jobs} job(s)" + (f", {len(failed)} failed" if failed else "")
+    return [
+        f"sweep done: {status} in {sweep_dir}",
+        "next:",
+        f"  posx sweep status {_path(sweep_dir)}    # which jobs finished",
+        f"  posx report --root {_path(sweep_dir)}    # compare the sweep's runs",
+    ]

@@ -1,0 +1,69 @@
+"""Result trees for the report tests: run directories with eval.csv, eval_positions.csv,
+metrics.csv and run.json, written directly (no training)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+ENCODINGS = {"rope": [2.0, 2.6, 4.0], "alibi": [2.0, 2.1, 2.2], "learned": [1.9, None, None]}
+
+
+def make_tree(root: Path, positions: bool = True) -> None:
+    """Two seeds of three encodings: eval.csv, eval_positions.csv, metrics.csv, run.json."""
+    for enc, losses in ENCODINGS.items():
+        for seed in (0, 1):
+            run = root / "runs" / f"copy_{enc}_s{seed}"
+            run.mkdir(parents=True)
+            ident = {"schema_version": 1, "run": run.name, "encoding": enc, "task": "copy",
+                     "model": "tiny", "seed": seed, "train_length": 16}  # fmt: skip
+            (run / "run.json").write_text(json.dumps(ident))
+            evals, buckets = [], []
+            for length, loss in zip((16, 32, 64), losses, strict=True):
+                ok = loss is not None
+                key = {**ident, "mode": "full", "overrides": "", "eval_length": length,
+                       "window": length, "stride": length}  # fmt: skip
+                evals.append({**key, "status": "ok" if ok else "unsupported",
+                              "reason": "" if ok else "too long",
+                              "loss": loss + 0.1 * seed if ok else math.nan})  # fmt: skip
+                if ok:
+                    for start in range(0, length, 8):
+                        buckets.append({**key, "status": "ok", "reason": "", "bucket_start": start,
+                                        "bucket_end": start + 8, "tokens": 8,
+                                        "loss": loss + start / 64, "acc": 0.5})  # fmt: skip
+            pd.DataFrame(evals).to_csv(run / "eval.csv", index=False)
+            if positions:
+                pd.DataFrame(buckets).to_csv(run / "eval_positions.csv", index=False)
+            steps = pd.DataFrame({"step": [10, 20, 30], "loss": [3.0, 2.5, 2.0 + seed / 10]})
+            steps.to_csv(run / "metrics.csv", index=False)
+
+
+YARN = "encoding.scaling.factor=4 encoding.scaling.type=yarn"
+NTK = "encoding.scaling.factor=8 encoding.scaling.type=ntk"
+
+
+def make_exact_tree(root: Path, buckets: list[tuple[int, int]] | None = None) -> None:
+    """rope with two eval-time variants, exact match all zero, per-position acc in buckets."""
+    run = root / "runs" / "copy_rope_s0"
+    run.mkdir(parents=True)
+    ident = {"schema_version": 1, "run": run.name, "encoding": "rope", "task": "copy",
+             "model": "tiny", "seed": 0, "train_length": 16}  # fmt: skip
+    (run / "run.json").write_text(json.dumps(ident))
+    evals, rows = [], []
+    for overrides in ("", YARN, NTK):
+        for length in (16, 32, 64):
+            key = {**ident, "mode": "full", "overrides": overrides, "eval_length": length,
+                   "window": length, "stride": length, "status": "ok", "reason": ""}  # fmt: skip
+            evals.append({**key, "loss": 2.0, "acc": 0.3, "exact_match": 0.0})
+            for start, end in buckets or [(0, length)]:
+                if end <= length:
+                    rows.append({**key, "bucket_start": start, "bucket_end": end, "tokens": 8,
+                                 "loss": 2.0 + start / 64, "acc": 0.3})  # fmt: skip
+    pd.DataFrame(evals).to_csv(run / "eval.csv", index=False)
+    pd.DataFrame(rows).to_csv(run / "eval_positions.csv", index=False)
+
+
+LOG_BUCKETS = [(0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64)]
