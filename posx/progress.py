@@ -52,21 +52,21 @@ class TrainProgress:
     """The live bar (terminal, ``train.progress``) and the periodic plain lines.
 
     Args:
-        name: The run's name, shown on the bar.
         total: Steps to train to.
         start: The step training starts from (a resumed run's checkpoint).
         enabled: ``train.progress`` and this process writes (rank 0).
         every: Seconds between plain lines.
     """
 
-    def __init__(self, name: str, total: int, start: int, enabled: bool, every: float) -> None:
+    def __init__(self, total: int, start: int, enabled: bool, every: float) -> None:
         self.total, self.start, self.every = total, start, every
         self.live = enabled and stdout_is_terminal()
         self.lines_on_console = enabled and not self.live
         self.last_line = -math.inf
         self.began = time.perf_counter()
         self.bar = Progress(
-            TextColumn(f"[bold]{name}"),
+            # not the run's long name (printed just above): an 80-column terminal keeps the bar
+            TextColumn("[bold]train"),
             BarColumn(),
             TextColumn("{task.completed}/{task.total}"),
             TextColumn("loss {task.fields[loss]}"),

@@ -217,9 +217,7 @@ def train(
             f"training {t.steps - step} steps on {device.type}"
             + (f" from step {step}" if step else "")
         )
-    progress = TrainProgress(
-        run_dir.name, t.steps, step, bool(t.progress and w.is_main), t.progress_every
-    )
+    progress = TrainProgress(t.steps, step, bool(t.progress and w.is_main), t.progress_every)
     with progress, StopOnInterrupt() as stop:
         ddp.train()
         while step < t.steps:

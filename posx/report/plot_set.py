@@ -75,9 +75,9 @@ def figures(
             meta = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
             if _single_bucket(part):
                 why = (
-                    "per-position plot left out: each row has a single position bucket "
-                    "(eval.buckets covers the whole length); evaluate with --buckets log or a "
-                    "smaller width"
+                    "per-position plot left out: each row has scored tokens in a single "
+                    "position bucket (the task scores only its answer span, or eval.buckets "
+                    "covers the whole length); for a finer split, posx eval RUN --buckets N"
                 )
                 out.skipped.append((slug("positions", meta), why))
                 continue

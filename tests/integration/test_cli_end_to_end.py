@@ -73,7 +73,12 @@ def test_train_eval_report(posx, tiny_overrides, tmp_path):
 
 
 def test_sweep_of_two_encodings(posx, tiny_overrides, tmp_path):
-    posx("train", "-m", "encoding=nope,rope", *tiny_overrides, check=True)
+    out = posx("train", "-m", "encoding=nope,rope", *tiny_overrides, check=True).stdout
+    (sweep,) = (tmp_path / "sweeps").iterdir()
+    lines = out.splitlines()
+    assert lines[0] == f"sweep directory: {sweep}"  # before the first job starts
+    assert f"sweep done: 2 job(s) in {sweep}" in lines
+    assert f"  posx report --root {sweep}    # compare the sweep's runs" in lines
     runs = sorted(p.parent.name for p in (tmp_path / "sweeps").rglob("run.json"))
     assert len(runs) == 2 and runs[0].startswith("copy_nope_") and runs[1].startswith("copy_rope_")
     out = posx("report", "--root", str(tmp_path), "--format", "csv", check=True).stdout

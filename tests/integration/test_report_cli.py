@@ -207,10 +207,12 @@ class _Counter(HTMLParser):
         super().__init__()
         self.tags: dict[str, int] = {}
         self.srcs: list[str] = []
+        self.hrefs: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         self.tags[tag] = self.tags.get(tag, 0) + 1
-        self.srcs += [v for k, v in attrs if k in ("src", "href") and v]
+        self.srcs += [v for k, v in attrs if k == "src" and v]
+        self.hrefs += [v for k, v in attrs if k == "href" and v]
 
 
 def test_plots_latex_and_html_files(cli, tree, tmp_path):
@@ -223,7 +225,10 @@ def test_plots_latex_and_html_files(cli, tree, tmp_path):
         assert {f"{kind}_copy_tiny_L16_full_exact_match", f"{kind}_text_tiny_L16_full_bpb"} <= stems
     assert {"training_copy_tiny_L16", "training_text_tiny_L16"} <= stems
     if any(tree.rglob("eval_positions.csv")):
-        assert {"positions_copy_tiny_L16_full", "positions_text_tiny_L16_full"} <= stems
+        assert "positions_text_tiny_L16_full" in stems
+        # copy scores only its answer span, one log bucket: no empty plot, the reason instead
+        assert "positions_copy_tiny_L16_full" not in stems
+        assert "no plot positions_copy_tiny_L16_full: per-position plot left out" in out.stderr
     for path in plots.iterdir():
         data = path.read_bytes()
         assert len(data) > 1000, path
@@ -242,8 +247,13 @@ def test_plots_latex_and_html_files(cli, tree, tmp_path):
     page = (tmp_path / "r.html").read_text()
     parser = _Counter()
     parser.feed(page)
-    assert parser.tags["table"] == 3 and parser.tags["img"] == len(stems)
+    # copy, text, ranking and the configurations list
+    assert parser.tags["table"] == 4 and parser.tags["img"] == len(stems)
     assert all(src.startswith("data:image/svg+xml;base64,") for src in parser.srcs)
+    # nothing is loaded from elsewhere; the only links open each run's saved config
+    configs = [h for h in parser.hrefs if not h.startswith("#")]
+    assert configs and all(h.endswith("/.hydra/config.yaml") for h in configs)
+    assert all((tmp_path / h).resolve().is_file() for h in configs)
     assert "Learned has 16 positions" in page
 
 

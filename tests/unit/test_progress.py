@@ -18,7 +18,7 @@ ROW = {"loss": 2.5, "lr": 3e-3, "tokens_per_s": 1234.5, "grad_norm": 0.51, "seco
 def lines(caplog, on_terminal: bool, monkeypatch, every: float, steps=(10, 20, 30)):
     monkeypatch.setattr(progress_module, "stdout_is_terminal", lambda: on_terminal)
     caplog.set_level(logging.INFO, logger="posx")
-    with TrainProgress("run", 30, 0, True, every) as bar:
+    with TrainProgress(30, 0, True, every) as bar:
         for step in steps:
             bar.update(step, ROW)
     return [r for r in caplog.records if r.name == "posx.train"]
