@@ -17,9 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
-
 from posx.errors import ConfigError, one_line
 from posx.results import locked, write_json
 from posx.tracking.base import RunRef, Tracker, eval_values, train_values
@@ -54,6 +51,9 @@ class MlflowTracker(Tracker):
     name = "mlflow"
 
     def __init__(self, settings: Mapping[str, Any], run: RunRef, state: Mapping[str, Any]):
+        # the optional extra, imported when used (importing posx stays free of it)
+        from mlflow.tracking import MlflowClient
+
         self.uri = str(state.get("tracking_uri") or tracking_uri(settings, run.root))
         run.root.mkdir(parents=True, exist_ok=True)
         try:
@@ -111,6 +111,8 @@ class MlflowTracker(Tracker):
             tags["posx.sweep"] = run.group or ""
         created = self.client.create_run(self.experiment_id, run_name=run.name, tags=tags)
         run_id = str(created.info.run_id)
+        from mlflow.entities import Param
+
         params = [Param(k, str(v)[:MAX_PARAM]) for k, v in sorted(run.flat.items())]
         for i in range(0, len(params), BATCH):
             self.client.log_batch(run_id, params=params[i : i + BATCH])
@@ -131,6 +133,8 @@ class MlflowTracker(Tracker):
         )
 
     def _log(self, values: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
         now = int(time.time() * 1000)
         metrics = [Metric(metric_key(k), v, now, step) for k, v in values.items()]
         for i in range(0, len(metrics), 1000):

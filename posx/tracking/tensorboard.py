@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from torch.utils.tensorboard import SummaryWriter
 
 from posx.tracking.base import RunRef, Tracker, eval_table, eval_values, train_values
 
@@ -43,14 +42,17 @@ class TensorBoardTracker(Tracker):
         self.dir = Path(state["dir"]) if state.get("dir") else log_dir(settings, run)
         self.reopened = bool(state)
         self.view = run.sweep_dir if run.sweep_dir is not None and not settings.get("dir") else None
-        self.writer: SummaryWriter | None = None
+        self.writer: Any = None  # torch's SummaryWriter, made on first use
         if not self.reopened:
             text = yaml.safe_dump(run.config, sort_keys=False)
             # four-space indent: a code block in TensorBoard's Markdown text view
             self._writer().add_text("config", "\n".join("    " + x for x in text.splitlines()))
 
-    def _writer(self, first_step: int | None = None) -> SummaryWriter:
+    def _writer(self, first_step: int | None = None) -> Any:
         if self.writer is None:
+            # the optional extra, imported when used (importing posx stays free of it)
+            from torch.utils.tensorboard import SummaryWriter
+
             # a resumed run drops the steps a killed process logged after its last checkpoint
             purge = first_step if self.reopened and first_step is not None else None
             self.writer = SummaryWriter(str(self.dir), purge_step=purge)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import wandb
 
 from posx.errors import ConfigError, one_line
 from posx.tracking.base import RunRef, Tracker, eval_table, eval_values, train_values
@@ -25,6 +24,9 @@ class WandbTracker(Tracker):
     name = "wandb"
 
     def __init__(self, settings: Mapping[str, Any], run: RunRef, state: Mapping[str, Any]):
+        import wandb  # the optional extra, imported when used (importing posx stays free of it)
+
+        self.wandb = wandb
         directory = Path(str(state.get("dir") or settings.get("dir") or run.run_dir))
         directory.mkdir(parents=True, exist_ok=True)
         kwargs: dict[str, Any] = {
@@ -86,7 +88,8 @@ class WandbTracker(Tracker):
             self.run.log({"eval/length": length, **{f"eval/{name}/{k}": v
                                                     for k, v in values.items()}})  # fmt: skip
         columns, data = eval_table(rows)
-        self.run.log({"eval/table": wandb.Table(dataframe=pd.DataFrame(data, columns=columns))})
+        table = self.wandb.Table(dataframe=pd.DataFrame(data, columns=columns))
+        self.run.log({"eval/table": table})
 
     def close(self, status: str) -> None:
         self.run.finish(exit_code=0 if status == "finished" else 1)

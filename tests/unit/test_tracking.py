@@ -189,3 +189,55 @@ def test_list_shows_each_logger_with_its_extra(cli):
     assert out.returncode == 0
     for name in ("tensorboard", "wandb", "mlflow"):
         assert f"posx[{name}]" in out.stdout, name  # rich markup must not eat [name]
+
+
+def test_posx_eval_warns_when_a_tracker_is_not_installed_here(tmp_path, monkeypatch):
+    cfg, run = setup(tmp_path, "logger=wandb")
+    monkeypatch.setattr(tracking, "installed", lambda package: False)
+    assert log_eval_rows_for(run, cfg, eval_rows()) == [
+        "eval rows not sent to wandb: logger=wandb needs the wandb package: "
+        "pip install 'posx[wandb]'"
+    ]
+
+
+def test_a_tracker_that_fails_mid_run_is_dropped_with_a_warning(caplog):
+    class Broken(tracking.Tracker):
+        name = "broken"
+        calls = 0
+
+        def state(self):
+            return {}
+
+        def describe(self):
+            return "broken"
+
+        def log_train(self, row):
+            raise OSError("disk full")
+
+        def log_eval(self, rows):
+            Broken.calls += 1
+
+        def close(self, status):
+            Broken.calls += 1
+
+    trackers = tracking.Trackers([Broken()])
+    with trackers:
+        trackers.log_train(train_rows()[0])
+        trackers.log_eval(eval_rows())
+    assert Broken.calls == 0 and trackers.trackers == []
+    assert "posx: warning: broken stopped logging: disk full" in caplog.text
+
+
+def test_posx_imports_without_any_tracker_installed():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for name in ('wandb', 'mlflow', 'tensorboard', 'torch.utils.tensorboard'):\n"
+        "    sys.modules[name] = None  # as if not installed\n"
+        "import posx.tracking.tensorboard, posx.tracking.wandb, posx.tracking.mlflow\n"
+        "import posx.runs, posx.cli\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
