@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from posx.errors import ConfigError, PosxError
+from posx.errors import ConfigError, PosxError, PosxWarning
 
 app = typer.Typer(
     add_completion=False,
@@ -293,14 +295,56 @@ def sweep_status(
 
 
 def main() -> None:
-    """Console entry point: PosxErrors become one line on stderr and an exit code."""
+    """Console entry point: every error is one ``posx: error:`` line on stderr and an exit code.
+
+    Typer runs without its standalone mode, so its own usage errors (an unknown option, ``--window
+    abc``) reach this function as click exceptions instead of a usage box.
+    """
+    warnings.simplefilter("always", PosxWarning)  # a skipped file is news every time
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning(previous)
     try:
-        app()
+        code = app(prog_name="posx", standalone_mode=False)
     except PosxError as err:
         if debug_requested():
             traceback.print_exc()
-        err_console.print(f"posx: error: {err}", markup=False, highlight=False, soft_wrap=True)
+        _error(str(err))
         sys.exit(err.exit_code)
-    except KeyboardInterrupt:
+    except typer.TyperException as err:  # click's usage errors: a bad option value, ...
+        if type(err).__name__ == "NoArgsIsHelpError":  # `posx` or `posx sweep` alone: the help
+            console.print(err.format_message(), markup=False, highlight=False)
+            sys.exit(2)
+        if debug_requested():
+            traceback.print_exc()
+        ctx = getattr(err, "ctx", None)
+        where = ctx.command_path if ctx is not None else "posx COMMAND"
+        hint = f"; see `{where} --help`"
+        _error(" ".join(err.format_message().split()).rstrip(".") + hint)
+        sys.exit(2)
+    except (KeyboardInterrupt, typer.Abort):
         err_console.print("posx: interrupted", markup=False)
         sys.exit(130)
+    finally:
+        warnings.showwarning = previous
+    if code == 130:  # typer turns a Ctrl-C outside any command's own handling into Exit(130)
+        err_console.print("posx: interrupted", markup=False)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _error(message: str) -> None:
+    err_console.print(f"posx: error: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _show_warning(previous: Callable[..., None]) -> Callable[..., None]:
+    """``posx: warning: MESSAGE`` for posx's own warnings (e.g. a damaged table that a report
+    skips); any other warning as Python shows it."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, PosxWarning):
+            err_console.print(f"posx: warning: {message}", markup=False, highlight=False,
+                              soft_wrap=True)  # fmt: skip
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    return show

@@ -7,6 +7,7 @@ and ``task`` stay open (``_target_`` plus the constructor's own arguments), so a
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -98,6 +99,11 @@ class PosxConfig:
     invocation: str = ""
 
 
+# The typed nodes of a config: their keys are fixed by their dataclass.
+_TYPED_NODES = (("", PosxConfig), ("model", ModelConfig), ("train", TrainConfig),
+                ("eval", EvalConfig))  # fmt: skip
+
+
 def run_label(encoding: str, positions: str | None = None) -> str:
     """An encoding's label in run names and tables: ``rope``, or ``rope+randomized`` when a
     training-time position strategy other than the default is used."""
@@ -129,14 +135,32 @@ def one_line(err: BaseException) -> str:
     return ": ".join(parts[:1] + parts[-1:]) if len(parts) > 1 else (parts[0] if parts else "error")
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """The config ``posx train OVERRIDES`` would run with; bad overrides raise ConfigError."""
+def compose(overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The config ``posx train OVERRIDES`` would run with; bad overrides raise ConfigError.
+
+    ``with_hydra`` also composes Hydra's own node (launcher, sweeper, ...), so that
+    ``hydra/...`` overrides are checked too.
+    """
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
-            return hydra_compose(config_name="config", overrides=overrides)
+            return hydra_compose(
+                config_name="config", overrides=overrides, return_hydra_config=with_hydra
+            )
         except (HydraException, OmegaConfBaseException, ValueError) as err:
-            raise ConfigError(one_line(err) + _known_keys(err, overrides)) from err
+            message = _missing_option(err) or one_line(err) + _known_keys(err, overrides)
+            raise ConfigError(message) from err
+
+
+def _missing_option(err: BaseException) -> str:
+    """``unknown hydra/launcher 'nosuch'; choose from: basic, joblib, ...`` from Hydra's
+    multi-line message for a config group option that does not exist; empty otherwise."""
+    text = str(err).split("Config search path")[0]
+    found = re.search(r"Could not find '(.+)/([^/']+)'", text)
+    options = re.findall(r"^\t(\S+)$", text, re.MULTILINE)
+    if not found or not options:
+        return ""
+    return f"unknown {found[1]} '{found[2]}'; choose from: {', '.join(options)}"
 
 
 def _known_keys(err: BaseException, overrides: list[str]) -> str:
@@ -185,8 +209,26 @@ def positive_lengths(values: list[Any], what: str) -> list[int]:
     return out
 
 
+def check_typed_keys(cfg: DictConfig) -> None:
+    """Refuses a key the schema does not have in a typed node (``model``, ``train``, ``eval``,
+    the top level), e.g. ``+train.stepz=5``: Hydra's ``+`` adds it past the schema's check."""
+    for path, schema in _TYPED_NODES:
+        node = OmegaConf.select(cfg, path) if path else cfg
+        if not isinstance(node, DictConfig):
+            continue
+        known = {f.name for f in dataclasses.fields(schema)}
+        for key in node:
+            if str(key) not in known:
+                full = f"{path}.{key}" if path else str(key)
+                raise ConfigError(
+                    f"unknown key '{full}' (a typed setting cannot be added with +)"
+                    + key_hint(OmegaConf.structured(PosxConfig), full)
+                )
+
+
 def validate(cfg: DictConfig) -> None:
     """Checks what the schema's types cannot; raises :class:`ConfigError` with one line."""
+    check_typed_keys(cfg)
     m, t, e = cfg.model, cfg.train, cfg.eval
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "attn_block_size"):
         if m[name] <= 0:

@@ -77,9 +77,12 @@ def check_overrides(overrides: list[str], build: bool = True) -> None:
     except OverrideParseException as err:
         raise ConfigError(f"bad override: {one_line(err)}") from err
     options: list[list[str]] = []
+    hydra_overrides = []  # hydra/launcher=..., hydra.job.chdir=...: checked once, below
     for o in parsed:
         key = o.get_key_element()
         if key.lstrip("+~").startswith("hydra"):
+            if not o.is_sweep_override():
+                hydra_overrides.append(o.input_line)
             continue
         try:
             values = (
@@ -96,6 +99,8 @@ def check_overrides(overrides: list[str], build: bool = True) -> None:
     for i, opts in enumerate(options):
         for v in opts[1:]:
             combos.add(tuple(v if j == i else o[0] for j, o in enumerate(options)))
+    if hydra_overrides:  # e.g. an unknown launcher: one line here instead of Hydra's report
+        compose([*min(combos), *hydra_overrides], with_hydra=True)
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
         cfg = compose(list(combo))
         validate(cfg)
