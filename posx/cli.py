@@ -54,12 +54,22 @@ def train(ctx: typer.Context) -> None:
     run_train(list(ctx.args), debug=debug_requested())
 
 
+TRUST_HELP = (
+    "Also build _target_ classes under this module prefix (e.g. mypkg) when loading runs; "
+    "repeatable; adds to POSX_TRUST (comma-separated). posx's own classes are always trusted."
+)
+
+
 @app.command()
-def resume(run: Path = typer.Argument(..., help="A run directory with a checkpoint.")) -> None:
+def resume(
+    run: Path = typer.Argument(..., help="A run directory with a checkpoint."),
+    trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
+) -> None:
     """Continue an interrupted run from its last checkpoint (same config, same directory)."""
     from posx.runs import run_resume
+    from posx.trust import trusted_prefixes
 
-    run_resume(run, debug=debug_requested())
+    run_resume(run, debug=debug_requested(), trust=trusted_prefixes(trust))
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -102,6 +112,7 @@ def eval_(
         None, "--buckets", help="per-position loss buckets: log, or a width in tokens."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar per run."),
+    trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
 ) -> None:
     """Evaluate trained runs at longer lengths; writes eval.csv and eval_positions.csv.
 
@@ -111,6 +122,7 @@ def eval_(
     """
     from posx.runs import evaluate_runs, select_runs
     from posx.runs.evaluation import protocol_overrides
+    from posx.trust import trusted_prefixes
 
     overrides = protocol_overrides(mode, window, stride, buckets)
     overrides += [a for a in ctx.args if "=" in a]
@@ -123,11 +135,12 @@ def eval_(
             f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
         )
     asked = parse_lengths(lengths) if lengths is not None else None
-    chosen = select_runs(named, root)
+    trusted = trusted_prefixes(trust)
+    chosen = select_runs(named, root, overrides, trusted)
     for run, why in chosen.skipped:
         err_console.print(f"[yellow]skipping {run}: {why}[/]")
     for _, why in chosen.damaged:
-        err_console.print(f"posx: skipping: {why}", markup=False, style="red")
+        err_console.print(f"posx: skipping: {why}", markup=False, style="red", soft_wrap=True)
 
     def show(run: Path, rows: list[dict]) -> None:
         cells = "  ".join(
@@ -138,14 +151,14 @@ def eval_(
         )
         console.print(f"[bold]{run.name}[/] loss  {cells}")
 
-    evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show)
+    evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show, trust=trusted)
     console.print(
         f"wrote eval.csv and eval_positions.csv in {len(chosen.runs)} run(s); "
         "compare with `posx report`"
     )
     if chosen.damaged:
         names = ", ".join(run.name for run, _ in chosen.damaged)
-        raise PosxError(f"{len(chosen.damaged)} run(s) skipped, checkpoint damaged: {names}")
+        raise PosxError(f"{len(chosen.damaged)} run(s) skipped, damaged or refused: {names}")
 
 
 @app.command()
@@ -200,9 +213,16 @@ def report(
     """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
     length, best per column marked, ranking across tasks; export tables and plots."""
     from posx.report import make_report, output_format, render, report_figures, rich_renderables
-    from posx.results import atomic_write
+    from posx.results import atomic_write, check_writable
 
     kind = output_format(fmt, output)
+    # Where the report goes is checked before the results are read, not after.
+    if output is not None:
+        if output.is_dir():
+            raise ConfigError(f"-o {output} is a directory; give a file name such as report.md")
+        check_writable(output.parent, "-o directory", "choose another place with -o")
+    if plot is not None:
+        check_writable(plot, "--plot directory", "choose another directory with --plot")
     result = make_report(
         root, metric, task, encoding, mode, variant, by, rank, rank_lengths, digits, ratio
     )

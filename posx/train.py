@@ -18,7 +18,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from posx import __version__
 from posx.build import build_model, build_positions, build_task
-from posx.checkpoint import checkpoint_dir, load_checkpoint, load_trainer_tensors, save_checkpoint
+from posx.checkpoint import (
+    check_identity,
+    checkpoint_dir,
+    config_identity,
+    load_checkpoint,
+    load_trainer_tensors,
+    save_checkpoint,
+)
 from posx.config import run_label
 from posx.distributed import (
     barrier,
@@ -33,6 +40,7 @@ from posx.model.transformer import TransformerLM
 from posx.positions import step_positions
 from posx.results import SCHEMA_VERSION, write_csv, write_json
 from posx.tasks.base import Batch, Task
+from posx.trust import needs_trust
 
 
 @dataclass
@@ -92,6 +100,9 @@ def run_meta(
         "train_length": cfg.train.length,
         "steps": cfg.train.steps,
         "task_info": task_info,
+        # What `posx eval/resume --trust` must allow to load this run (informative only: a
+        # run's own files never grant trust; see posx.trust).
+        "needs_trust": needs_trust(cfg),
     }
 
 
@@ -182,6 +193,7 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
     step, tokens_seen, rows = 0, 0, []
     if t.resume and any((run_dir / d).is_dir() for d in ("checkpoint", ".checkpoint.old")):
         checkpoint_dir(run_dir)  # a clear error if the checkpoint is incomplete
+        check_identity(run_dir, cfg, "the config to resume with")
         step, tokens_seen, rows = restore(run_dir, model, optimizer, data_rng)
     ddp = DistributedDataParallel(model) if w.distributed else model
     meta = {**run_meta(cfg, run_dir, names, task.describe()), "parameters": model.num_parameters()}
@@ -191,6 +203,7 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
         )
 
     saved = [step or None]  # step of the checkpoint on disk (the restored one, if any)
+    identity = config_identity(cfg)  # what the weights mean; loading checks it against the config
 
     def diverged(what: str, at: int) -> PosxError:
         """Records the failure with its step in run.json; the checkpoint on disk stays."""
@@ -212,7 +225,7 @@ def train(cfg: DictConfig, run_dir: Path, names: dict[str, str]) -> Trained:
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             raise diverged("the weights became non-finite", done)
         if w.is_main:
-            state = {"step": done, "tokens": tokens_seen}
+            state = {"step": done, "tokens": tokens_seen, "identity": identity}
             save_checkpoint(run_dir, model, optimizer, state, rng_states(data_rng))
         saved[0] = done
         barrier(w)

@@ -3,15 +3,17 @@ interrupted run does to the others."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from posx.checkpoint import checkpoint_dir, verify_checkpoint
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.evaluate import evaluate_run
-from posx.results import find_runs, run_config
+from posx.evaluate import evaluate_run, loadable_config
+from posx.evaluation.data import CACHE_DIR, results_root
+from posx.results import check_writable, find_runs, run_config, run_info
+from posx.trust import UntrustedTarget
 
 
 def protocol_overrides(
@@ -37,16 +39,34 @@ class Selection:
 
     runs: list[Path]
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # no checkpoint: fine
-    damaged: list[tuple[Path, str]] = field(default_factory=list)  # damaged: exit 1 at the end
+    # damaged files, a config that does not match its checkpoint, untrusted code: exit 1 at the end
+    damaged: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def select_runs(named: list[Path], root: Path) -> Selection:
+def check_run(run: Path, overrides: list[str], trust: Sequence[str]) -> None:
+    """Everything that can refuse a run before any evaluation: its files, its checkpoint's
+    headers, its config against the checkpoint, the overrides, untrusted targets.
+
+    Raises:
+        ConfigError: Not a run directory, a bad eval-time override, or ``UntrustedTarget``.
+        PosxError: The run's own files are damaged or do not fit each other.
+    """
+    run_config(run)
+    run_info(run)
+    verify_checkpoint(run)
+    loadable_config(run, overrides, trust)
+
+
+def select_runs(
+    named: list[Path], root: Path, overrides: Sequence[str] = (), trust: Sequence[str] = ()
+) -> Selection:
     """Named runs must all be evaluable (else an error); without names, every trained run under
-    ``root``, skipping those without a checkpoint and recording those with a damaged one."""
+    ``root``, skipping those without a checkpoint and recording those that are damaged or
+    refused (see :func:`check_run`)."""
     if named:
         for run in named:
-            run_config(run)
-            verify_checkpoint(run)
+            check_run(run, list(overrides), trust)
+        check_outputs(named)
         return Selection(list(named))
     chosen = Selection([])
     for run in find_runs(root):
@@ -55,14 +75,33 @@ def select_runs(named: list[Path], root: Path) -> Selection:
         except PosxError:
             chosen.skipped.append((run, "no checkpoint"))
             continue
+        try:  # this run's own files, e.g. no .hydra/config.yaml
+            run_config(run)
+        except PosxError as err:
+            chosen.damaged.append((run, str(err)))
+            continue
         try:
-            verify_checkpoint(run)
+            check_run(run, list(overrides), trust)
             chosen.runs.append(run)
+        except UntrustedTarget as err:
+            chosen.damaged.append((run, str(err)))
+        except ConfigError:  # a bad override or option: wrong for every run, so stop here
+            raise
         except PosxError as err:
             chosen.damaged.append((run, str(err)))
     if not chosen.runs and not chosen.damaged:
         raise ConfigError(f"no trained runs under {root}; run `posx train` first")
+    check_outputs(chosen.runs)
     return chosen
+
+
+def check_outputs(runs: list[Path]) -> None:
+    """Every place evaluation writes (each run directory, each eval cache) must be writable
+    before the first run is evaluated, not found out after the work is done."""
+    hint = "make it writable, or evaluate a copy of the run"
+    for place in dict.fromkeys([*runs, *(results_root(run) / CACHE_DIR for run in runs)]):
+        what = "eval cache" if place.name == CACHE_DIR else "run directory"
+        check_writable(place, what, hint)
 
 
 def evaluate_runs(
@@ -72,6 +111,7 @@ def evaluate_runs(
     device: str = "auto",
     progress: bool = False,
     on_run: Callable[[Path, list[dict[str, Any]]], None] | None = None,
+    trust: Sequence[str] = (),
 ) -> dict[Path, list[dict[str, Any]]]:
     """Evaluates each run at ``lengths`` (default: the run's own ``eval.lengths``).
 
@@ -82,6 +122,7 @@ def evaluate_runs(
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         progress: A progress bar per run.
         on_run: Called with each run and its rows as soon as it is done.
+        trust: Module prefixes whose ``_target_`` classes may be built (see :mod:`posx.trust`).
 
     Returns:
         The rows written, per run.
@@ -93,7 +134,9 @@ def evaluate_runs(
     for run in runs:
         run_lengths = lengths or list(run_config(run).eval.lengths)
         try:
-            rows = evaluate_run(run, run_lengths, overrides, device=device, progress=progress)
+            rows = evaluate_run(
+                run, run_lengths, overrides, device=device, progress=progress, trust=trust
+            )
         except KeyboardInterrupt as err:
             raise Interrupted(
                 f"interrupted while evaluating {run.name}, no rows written for it; "

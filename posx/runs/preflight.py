@@ -4,6 +4,7 @@ exit code 2 instead of half-way through a sweep."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -14,6 +15,7 @@ from posx.build import build_model, build_positions, build_task
 from posx.config import check_group_value, compose, one_line, validate
 from posx.errors import ConfigError
 from posx.results import check_writable
+from posx.trust import check_trusted
 
 # Hydra's command-line flags that take a value (``-m``/``--multirun`` and friends take none).
 # Hydra has no public API for its argument parser, so this mirrors ``hydra --help``.
@@ -67,10 +69,14 @@ def split_args(args: list[str]) -> tuple[list[str], list[str]]:
     return flags, overrides
 
 
-def check_overrides(overrides: list[str], build: bool = True) -> None:
+def check_overrides(
+    overrides: list[str], build: bool = True, trust: Sequence[str] | None = None
+) -> None:
     """Composes, validates and (with ``build``) instantiates every value of every override.
 
     Each value of each sweep is checked at least once, the other overrides at their first value.
+    With ``trust`` (overrides read from a run directory, not typed by the user), a ``_target_``
+    that is neither posx's nor under a trusted prefix is refused before anything is built.
     """
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -104,6 +110,8 @@ def check_overrides(overrides: list[str], build: bool = True) -> None:
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
         cfg = compose(list(combo))
         validate(cfg)
+        if trust is not None:
+            check_trusted(cfg, trust, "the run's overrides")
         if build:
             check_writable(Path(cfg.root))
             task = build_task(cfg)
