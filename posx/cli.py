@@ -296,7 +296,8 @@ def sweep_status(
     from posx.sweeps import sweep_status as status_of
 
     jobs = status_of(sweep_dir)
-    colour = {"finished": "green", "failed": "red", "incomplete": "yellow", "missing": "magenta"}
+    colour = {"finished": "green", "failed": "red", "incomplete": "yellow", "damaged": "red",
+              "missing": "magenta"}  # fmt: skip
     table = Table(title=str(sweep_dir), title_justify="left")
     for col in ("#", "swept values", "status", "run", "detail"):
         table.add_column(col)

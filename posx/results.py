@@ -213,17 +213,33 @@ def merge_rows(
         return _merge_rows(path, pd.DataFrame(list(rows)), keys, pd.DataFrame(list(replaces)))
 
 
+def read_table(path: Path, keys: list[str]) -> pd.DataFrame:
+    """A table that rows will be merged into; one that cannot be read, or lacks the ``keys``
+    columns (a foreign table), is an error: overwriting it would lose its rows.
+
+    Raises:
+        PosxError: One line naming the file and what is wrong.
+    """
+    try:
+        table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise PosxError(
+            f"cannot read {path} ({one_line(err)}); move it aside, then evaluate again"
+        ) from err
+    missing = [k for k in keys if k not in table]
+    if missing:
+        raise PosxError(
+            f"cannot merge into {path}: it has no {', '.join(missing)} column (not a posx "
+            "table?); move it aside, then evaluate again"
+        )
+    return table
+
+
 def _merge_rows(
     path: Path, new: pd.DataFrame, keys: list[str], replaces: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     if path.is_file():
-        try:
-            old = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            # Never overwrite a table we cannot read: its rows would be lost.
-            raise PosxError(
-                f"cannot read {path} ({one_line(err)}); move it aside, then evaluate again"
-            ) from err
+        old = read_table(path, keys)
         key_of = lambda df: df[keys].astype("string").fillna("").agg("|".join, axis=1)  # noqa: E731
         drop = set(key_of(new)) if len(new) else set()
         if replaces is not None and len(replaces):

@@ -10,9 +10,9 @@ from typing import Any
 
 from posx.checkpoint import checkpoint_dir, verify_checkpoint
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.evaluate import evaluate_run, loadable_config
+from posx.evaluate import ROW_KEYS, evaluate_run, loadable_config
 from posx.evaluation.data import CACHE_DIR, results_root
-from posx.results import check_writable, find_runs, run_config, run_info
+from posx.results import check_writable, find_runs, read_table, run_config, run_info
 from posx.trust import UntrustedTarget
 
 
@@ -55,6 +55,9 @@ def check_run(run: Path, overrides: list[str], trust: Sequence[str]) -> None:
     run_info(run)
     verify_checkpoint(run)
     loadable_config(run, overrides, trust)
+    for name in ("eval.csv", "eval_positions.csv"):  # rows will merge into these
+        if (run / name).is_file():
+            read_table(run / name, ROW_KEYS)
 
 
 def select_runs(
