@@ -192,6 +192,12 @@ def verify_checkpoint(run_dir: Path, resume: bool = False) -> Path:
     return path
 
 
+def parameter_shapes(run_dir: Path) -> dict[str, list[int]]:
+    """Every weight's shape in the run's checkpoint, read from the safetensors header only."""
+    path = checkpoint_dir(run_dir) / "model.safetensors"
+    return _tensor_shapes(path, run_dir)
+
+
 def load_trainer_tensors(run_dir: Path) -> dict[str, torch.Tensor]:
     """The extra tensors saved with the checkpoint (RNG states); empty when there are none."""
     path = checkpoint_dir(run_dir) / "trainer.safetensors"

@@ -113,6 +113,9 @@ def eval_(
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar per run."),
     trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
+    max_memory: str = typer.Option(
+        None, "--max-memory", help="Memory an evaluation may use, e.g. 8G (default: available)."
+    ),
 ) -> None:
     """Evaluate trained runs at longer lengths; writes eval.csv and eval_positions.csv.
 
@@ -120,6 +123,7 @@ def eval_(
     (e.g. `encoding.base=40000`) and are recorded in every row, as are --mode, --window and
     --stride (in their own columns).
     """
+    from posx.resources import parse_size
     from posx.runs import evaluate_runs, select_runs
     from posx.runs.evaluation import protocol_overrides
     from posx.trust import trusted_prefixes
@@ -135,6 +139,7 @@ def eval_(
             f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
         )
     asked = parse_lengths(lengths) if lengths is not None else None
+    limit = parse_size(max_memory, "--max-memory")
     trusted = trusted_prefixes(trust)
     chosen = select_runs(named, root, overrides, trusted)
     for run, why in chosen.skipped:
@@ -151,7 +156,10 @@ def eval_(
         )
         console.print(f"[bold]{run.name}[/] loss  {cells}")
 
-    evaluate_runs(chosen.runs, asked, overrides, device, progress, on_run=show, trust=trusted)
+    evaluate_runs(
+        chosen.runs, asked, overrides, device, progress, on_run=show, trust=trusted,
+        max_memory=limit,
+    )  # fmt: skip
     console.print(
         f"wrote eval.csv and eval_positions.csv in {len(chosen.runs)} run(s); "
         "compare with `posx report`"

@@ -31,6 +31,7 @@ CONFIG_DIR = Path(
     os.environ.get("POSX_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs")
 )
 GROUPS = ("model", "encoding", "task", "train", "eval", "positions", "experiment")
+INT64_MAX = 2**63 - 1
 
 
 @dataclass
@@ -67,6 +68,9 @@ class TrainConfig:
     threads: int = 0
     progress: bool = True
     resume: bool = False
+    # Memory a training step (and the evaluation after it) may use, e.g. 8G; None: what is
+    # available. Checked against an estimate before anything is allocated (posx.resources).
+    max_memory: str | None = None
 
 
 @dataclass
@@ -196,11 +200,14 @@ def check_group_value(group: str, value: str) -> None:
 
 
 def positive_lengths(values: list[Any], what: str) -> list[int]:
-    """Checks a length list: positive integers, strictly increasing."""
+    """Checks a length list: positive integers (int64: positions are int64 tensors), strictly
+    increasing."""
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ConfigError(f"{what} must be positive integers, got {v!r}")
+        if v > INT64_MAX:
+            raise ConfigError(f"{what} must be at most {INT64_MAX} (int64), got {v}")
         out.append(v)
     if not out:
         raise ConfigError(f"{what} is empty; give at least one length")
@@ -230,6 +237,10 @@ def validate(cfg: DictConfig) -> None:
     """Checks what the schema's types cannot; raises :class:`ConfigError` with one line."""
     check_typed_keys(cfg)
     m, t, e = cfg.model, cfg.train, cfg.eval
+    for group in ("model", "train", "eval"):  # sizes and counts end up in int64 tensors
+        for key, value in cfg[group].items():
+            if isinstance(value, int) and abs(value) > INT64_MAX:
+                raise ConfigError(f"{group}.{key} must be at most {INT64_MAX} (int64), got {value}")
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "attn_block_size"):
         if m[name] <= 0:
             raise ConfigError(f"model.{name} must be positive, got {m[name]}")

@@ -24,9 +24,18 @@ class PositionalEncoding(nn.Module):
     Attributes:
         max_len: Largest number of positions the encoding can represent, or ``None`` when it
             has no limit. The evaluator reports lengths beyond it as unsupported.
+        score_bytes: Memory per attention score that training keeps (see below).
+        block_score_bytes: Memory per attention score of one query block in evaluation.
     """
 
     max_len: int | None = None
+    # Memory per attention score (one query, key and head) when the encoding computes attention
+    # itself or learns its bias, which posx.resources uses to refuse what cannot fit before
+    # allocating: training keeps every score of every layer for the backward pass
+    # (``score_bytes``); evaluation holds one query block's scores with their temporaries
+    # (``block_score_bytes``). Encodings that keep more per score say so.
+    score_bytes: int = 16
+    block_score_bytes: int = 96
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """Adds absolute position information to token embeddings.

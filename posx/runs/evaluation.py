@@ -8,10 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posx.checkpoint import checkpoint_dir, verify_checkpoint
+import torch
+
+from posx.build import build_model, build_positions
+from posx.checkpoint import checkpoint_dir, parameter_shapes, verify_checkpoint
+from posx.distributed import pick_device
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluate import ROW_KEYS, evaluate_run, loadable_config
 from posx.evaluation.data import CACHE_DIR, results_root
+from posx.resources import check_eval_fits
 from posx.results import check_writable, find_runs, read_table, run_config, run_info
 from posx.trust import UntrustedTarget
 
@@ -51,9 +56,11 @@ def check_run(run: Path, overrides: list[str], trust: Sequence[str]) -> None:
         ConfigError: Not a run directory, a bad eval-time override, or ``UntrustedTarget``.
         PosxError: The run's own files are damaged or do not fit each other.
     """
+    if not run.is_dir():
+        raise ConfigError(f"run directory does not exist: {run}")
+    verify_checkpoint(run)  # no checkpoint is the likeliest problem: it is named first
     run_config(run)
     run_info(run)
-    verify_checkpoint(run)
     loadable_config(run, overrides, trust)
     for name in ("eval.csv", "eval_positions.csv"):  # rows will merge into these
         if (run / name).is_file():
@@ -115,6 +122,7 @@ def evaluate_runs(
     progress: bool = False,
     on_run: Callable[[Path, list[dict[str, Any]]], None] | None = None,
     trust: Sequence[str] = (),
+    max_memory: int | None = None,
 ) -> dict[Path, list[dict[str, Any]]]:
     """Evaluates each run at ``lengths`` (default: the run's own ``eval.lengths``).
 
@@ -126,13 +134,18 @@ def evaluate_runs(
         progress: A progress bar per run.
         on_run: Called with each run and its rows as soon as it is done.
         trust: Module prefixes whose ``_target_`` classes may be built (see :mod:`posx.trust`).
+        max_memory: Bytes an evaluation may use (None: what is available); every run and length
+            is checked against an estimate before the first one starts.
 
     Returns:
         The rows written, per run.
 
     Raises:
+        ConfigError: A run at a length that cannot fit in memory (before any work).
         Interrupted: Ctrl-C; the runs evaluated before it keep their rows.
     """
+    for run in runs:
+        check_eval_memory(run, lengths, overrides, device, max_memory, trust)
     done: dict[Path, list[dict[str, Any]]] = {}
     for run in runs:
         run_lengths = lengths or list(run_config(run).eval.lengths)
@@ -149,3 +162,29 @@ def evaluate_runs(
         if on_run is not None:
             on_run(run, rows)
     return done
+
+
+def check_eval_memory(
+    run: Path,
+    lengths: list[int] | None,
+    overrides: list[str],
+    device: str,
+    max_memory: int | None,
+    trust: Sequence[str] = (),
+) -> None:
+    """Refuses a length of ``run`` whose evaluation cannot fit in memory, estimated from the
+    run's config and its checkpoint's header with the model on the ``meta`` device."""
+    cfg = loadable_config(run, overrides, trust)
+    shapes = parameter_shapes(run)
+    head = shapes.get("head.weight") or shapes.get("tok.weight")  # [vocab, d_model]
+    if not head:
+        raise PosxError(f"checkpoint in {run} has no head.weight: not a posx model")
+    vocab = head[0]
+    with torch.device("meta"):
+        model = build_model(cfg, vocab)
+    hint = (
+        "evaluate shorter lengths, lower eval.batch_tokens (as key=value), or pass "
+        "--max-memory SIZE"
+    )
+    check_eval_fits(cfg, model, build_positions(cfg), lengths or list(cfg.eval.lengths),
+                    pick_device(device), max_memory, f"evaluating {run.name}", hint)  # fmt: skip

@@ -10,10 +10,13 @@ from pathlib import Path
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
+from omegaconf import DictConfig
 
 from posx.build import build_model, build_positions, build_task
 from posx.config import check_group_value, compose, one_line, validate
-from posx.errors import ConfigError
+from posx.distributed import pick_device
+from posx.errors import ConfigError, PosxError
+from posx.resources import ModelShape, check_eval_fits, check_fits, parse_size, train_step_bytes
 from posx.results import check_writable
 from posx.trust import check_trusted
 
@@ -115,7 +118,30 @@ def check_overrides(
         if build:
             check_writable(Path(cfg.root))
             task = build_task(cfg)
+            check_memory(cfg, task.vocab_size)  # before anything sized by the config exists
             model = build_model(cfg, task.vocab_size)
             build_positions(cfg).check(model.encoding, cfg.train.length)
             # one tiny batch: a length too short for the task fails here, before any run dir exists
             task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
+
+
+def check_memory(cfg: DictConfig, vocab_size: int) -> None:
+    """Refuses a training step, or an evaluation at the end of training, that cannot fit in
+    ``train.max_memory`` (or the memory available), from the model's shape on the ``meta``
+    device: nothing is allocated."""
+    try:
+        device = pick_device(cfg.train.device)
+    except PosxError:  # e.g. no CUDA: the job itself reports it
+        return
+    limit = parse_size(cfg.train.max_memory, "train.max_memory")
+    with torch.device("meta"):
+        model = build_model(cfg, vocab_size)
+    t = cfg.train
+    hint = "lower train.length or train.batch_size (or set train.max_memory=SIZE)"
+    need = train_step_bytes(ModelShape.of(model), t.batch_size, t.length)
+    check_fits(need, f"a training step (batch {t.batch_size} x length {t.length})", device,
+               limit, hint)  # fmt: skip
+    if t.eval_at_end:
+        hint = "lower eval.lengths or eval.batch_tokens (or set train.max_memory=SIZE)"
+        check_eval_fits(cfg, model, build_positions(cfg), list(cfg.eval.lengths), device, limit,
+                        "evaluating after training", hint)  # fmt: skip
