@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from posx.errors import ConfigError
 from posx.evaluation.protocol import resolve_protocol
+from posx.model.attention import flex_enabled
 from posx.model.transformer import TransformerLM
 from posx.positions import PositionStrategy
 from posx.tasks.text import sequences_for
@@ -44,7 +45,7 @@ class ModelShape:
         d_model, n_layers, n_heads, d_ff: The Transformer's sizes.
         vocab: Vocabulary size (the logits' width).
         attend: The encoding computes attention itself (query-blocked score matrices).
-        bias: The encoding adds an attention bias (query-blocked bias matrices).
+        bias: The encoding adds an attention bias that runs query-blocked (bias matrices).
         learned_bias: Its attention bias has trainable parameters, so training keeps every
             block's scores for the backward pass.
         block: Queries per attention block on the blocked paths (0: all at once).
@@ -66,9 +67,12 @@ class ModelShape:
     block_score_bytes: int
 
     @classmethod
-    def of(cls, model: TransformerLM) -> ModelShape:
+    def of(cls, model: TransformerLM, device: torch.device | None = None) -> ModelShape:
+        """The shape of ``model`` as it will run on ``device`` (on CUDA a bias runs fused in
+        FlexAttention, which keeps no score matrices)."""
         first, enc = model.blocks[0], model.encoding
         block = first.attn.block_size
+        blocked_bias = enc.has_bias and not flex_enabled(device or torch.device("cpu"))
         return cls(
             params=model.num_parameters(),
             d_model=model.d_model,
@@ -77,8 +81,8 @@ class ModelShape:
             d_ff=first.fc.out_features,
             vocab=model.head.out_features,
             attend=enc.has_attend,
-            bias=enc.has_bias,
-            learned_bias=enc.has_bias and any(p.requires_grad for p in enc.parameters()),
+            bias=blocked_bias,
+            learned_bias=blocked_bias and any(p.requires_grad for p in enc.parameters()),
             # An encoding with its own attention may use its own blocks (None: none at all).
             block=int(getattr(enc, "block_size", block) or 0),
             score_bytes=enc.score_bytes,
@@ -233,7 +237,7 @@ def check_eval_fits(
         what: Who is evaluated, e.g. ``evaluating RUN``.
         hint: What the user can change.
     """
-    shape, e = ModelShape.of(model), cfg.eval
+    shape, e = ModelShape.of(model, device), cfg.eval
     for length in lengths:
         proto = resolve_protocol(e.mode, length, e.window, e.stride, cfg.train.length)
         if model.encoding.unsupported_reason(proto.window) or strategy.unsupported_reason(

@@ -55,10 +55,16 @@ def choose_kernel(
         return "attend"
     if not encoding.has_bias:
         return "sdpa"
-    forced = os.environ.get("POSX_ATTENTION", "auto")
-    if device.type == "cuda" and flex_available and forced != "blocked" and flex_ok(encoding):
+    if flex_enabled(device, flex_available) and flex_ok(encoding):
         return "flex"
     return "blocked"
+
+
+def flex_enabled(device: torch.device, flex_available: bool = FLEX_AVAILABLE) -> bool:
+    """Whether biases go to FlexAttention on ``device`` (each encoding's bias is still probed
+    by :func:`flex_ok`): CUDA, a torch with FlexAttention, and no ``POSX_ATTENTION=blocked``."""
+    forced = os.environ.get("POSX_ATTENTION", "auto")
+    return device.type == "cuda" and flex_available and forced != "blocked"
 
 
 # encoding -> whether its bias runs inside a score_mod (probed once per instance)

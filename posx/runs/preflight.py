@@ -138,7 +138,7 @@ def check_memory(cfg: DictConfig, vocab_size: int) -> None:
         model = build_model(cfg, vocab_size)
     t = cfg.train
     hint = "lower train.length or train.batch_size (or set train.max_memory=SIZE)"
-    need = train_step_bytes(ModelShape.of(model), t.batch_size, t.length)
+    need = train_step_bytes(ModelShape.of(model, device), t.batch_size, t.length)
     check_fits(need, f"a training step (batch {t.batch_size} x length {t.length})", device,
                limit, hint)  # fmt: skip
     if t.eval_at_end:

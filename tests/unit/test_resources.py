@@ -8,6 +8,7 @@ import torch
 from posx.build import build_model
 from posx.config import compose
 from posx.errors import ConfigError
+from posx.model.attention import FLEX_AVAILABLE
 from posx.resources import (
     ModelShape,
     available_bytes,
@@ -80,3 +81,17 @@ def test_check_fits_names_the_estimate_and_the_limit():
     room, words = available_bytes(cpu)
     assert room > 0 and words.startswith("the ")
     assert gib(5 * 2**40) == "5.0 TiB" and gib(3 * 2**20) == "3.0 MiB"
+
+
+@pytest.mark.skipif(not FLEX_AVAILABLE, reason="this torch has no FlexAttention")
+def test_on_cuda_a_bias_runs_fused_and_keeps_no_scores(monkeypatch):
+    """No GPU needed: the shape only asks where the model will run."""
+    monkeypatch.delenv("POSX_ATTENTION", raising=False)
+    cfg = compose(["task=copy", "encoding=fire"])
+    with torch.device("meta"):
+        model = build_model(cfg, vocab_size=20)
+    cpu, cuda = (ModelShape.of(model, torch.device(d)) for d in ("cpu", "cuda"))
+    assert cpu.learned_bias and not cuda.learned_bias
+    assert train_step_bytes(cpu, 32, 8192) > 20 * train_step_bytes(cuda, 32, 8192)
+    monkeypatch.setenv("POSX_ATTENTION", "blocked")  # the blocked kernel forced on CUDA too
+    assert ModelShape.of(model, torch.device("cuda")).learned_bias
