@@ -91,6 +91,11 @@ class CoPE(PerLayer):
         block_size: Queries per attention block (the yaml ties it to ``model.attn_block_size``).
     """
 
+    # Gates, their cumulative sums and the interpolated position logits: ~77 bytes per score
+    # and layer kept in training, ~100 per block score in evaluation (measured on CPU).
+    score_bytes = 96
+    block_score_bytes = 128
+
     def __init__(
         self,
         head_dim: int,
