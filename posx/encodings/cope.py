@@ -115,11 +115,12 @@ class CoPE(PerLayer):
         gaps = position_gaps(k_pos) if self.gap_weighted else None
         emb = self.layers[layer].pos_emb.float()
 
-        def scores(i0: int, i1: int) -> tuple[Tensor, None]:
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            # p_ij sums gates over keys [j, i] only, so keys [j0, i1) need nothing before j0.
             qb = q[..., i0:i1, :].float()
-            logits = (qb @ k[..., :i1, :].float().transpose(-1, -2)) * scale  # [b, h, bq, i1]
-            gates = torch.sigmoid(logits).masked_fill(future_mask(i0, i1, q.device), 0.0)
-            positions = cope_positions(gates, None if gaps is None else gaps[..., :i1])
+            logits = (qb @ k[..., j0:i1, :].float().transpose(-1, -2)) * scale  # [b,h,bq,i1-j0]
+            gates = torch.sigmoid(logits).masked_fill(future_mask(i0, i1, q.device, j0), 0.0)
+            positions = cope_positions(gates, None if gaps is None else gaps[..., j0:i1])
             positions = positions.clamp(0, self.npos_max - 1)
             return logits + interpolate_logits(qb @ emb, positions), None
 

@@ -10,8 +10,9 @@ scaled by ``1/sqrt(d_h)``. Terms (b) + (d) equal ``c_i . R_{i-j}`` with ``c_i = 
 and since ``R`` is made of ``sin/cos((i - j) w)``, the angle-difference identities split it into a
 query feature of position ``i`` dotted with a key feature ``[cos(j w), sin(j w)]`` of position
 ``j``. Appending those features to ``q + u`` and ``k`` turns the whole score into one dot
-product, so attention runs as a single fused causal SDPA call: exact, O(s) memory, any (float)
-positions.
+product, so attention runs as a single fused causal SDPA call (``v`` zero-padded to that width,
+as fused kernels need): exact, O(s) memory, any (float) positions. The price is the width of
+that dot product, ``d_h + r_dim`` instead of ``d_h``.
 """
 
 from __future__ import annotations
@@ -112,7 +113,12 @@ class TransformerXL(PerLayer):
         k_feat = torch.cat((cos_j, sin_j), -1).expand(*k.shape[:-1], self.r_dim)
         q2 = torch.cat((q + u.to(q.dtype).unsqueeze(1), q_feat.to(q.dtype)), -1)
         k2 = torch.cat((k, k_feat.to(k.dtype)), -1)
-        return F.scaled_dot_product_attention(q2, k2, v, is_causal=True, scale=q.shape[-1] ** -0.5)
+        # Fused (flash) kernels need one head width for q, k and v; with v narrower, SDPA falls
+        # back to its math path, which builds the [b, h, s, s] scores. Zero columns in v change
+        # nothing in the output's first d_h columns and keep memory linear in s.
+        v2 = F.pad(v, (0, q2.shape[-1] - v.shape[-1]))
+        out = F.scaled_dot_product_attention(q2, k2, v2, is_causal=True, scale=q.shape[-1] ** -0.5)
+        return out[..., : v.shape[-1]]
 
     def extra_repr(self) -> str:
         return f"r_dim={self.r_dim}, share_uv={self.share_uv}"

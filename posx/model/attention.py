@@ -5,7 +5,8 @@
   (query, key) pair, compiled into a fused kernel, so no ``[s, s]`` tensor ever exists;
 - a bias, elsewhere: blocked over queries, each block building only its own ``[h, block, sk]``
   bias; the block shrinks at long lengths so one block's scores stay under a fixed element
-  budget, which keeps memory linear in the sequence length;
+  budget (``posx.encodings.blocked.MAX_BLOCK_ELEMENTS``), which keeps memory linear in the
+  sequence length;
 - ``attend``: the encoding's own computation.
 
 ``POSX_ATTENTION=blocked`` forces the blocked kernel on CUDA too (a fallback should a custom
@@ -25,13 +26,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding
-from posx.encodings.blocked import future_mask
+from posx.encodings.blocked import future_mask, query_block
 from posx.encodings.memo import PositionMemo
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
-# Largest score/bias tensor one query block may build (elements of [b, h, block, sk]):
-# 2^22 float32 values = 16 MiB, whatever the length.
-MAX_BLOCK_ELEMENTS = 2**22
 
 try:  # FlexAttention arrived in torch 2.5; without it every bias takes the blocked path.
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -150,15 +148,17 @@ _BIAS_MEMO: weakref.WeakKeyDictionary[PositionalEncoding, PositionMemo] = (
 )
 
 
+# Elements of bias blocks one encoding keeps (32 MiB of float32). A forward asks for every block
+# in every layer, so what fits is computed once per forward (once per evaluation length when no
+# gradient flows): all of them up to h * (s^2/2 + s * block/2) elements, e.g. the small model's
+# 8 heads at 1,024 tokens (5.2M); beyond, the memo keeps the part of the cycle that fits.
+BIAS_MEMO_ELEMENTS = 2**23
+
+
 def _bias_memo(encoding: PositionalEncoding) -> tuple[PositionMemo, tuple[int, ...]]:
     if encoding not in _BIAS_MEMO:
-        _BIAS_MEMO[encoding] = PositionMemo()
+        _BIAS_MEMO[encoding] = PositionMemo(BIAS_MEMO_ELEMENTS)
     return _BIAS_MEMO[encoding], encoding.cache_key()
-
-
-def query_block(block_size: int, batch: int, heads: int, keys: int) -> int:
-    """Queries per block: ``block_size``, or fewer so ``[b, h, block, keys]`` fits the budget."""
-    return max(1, min(block_size, MAX_BLOCK_ELEMENTS // max(1, batch * heads * keys)))
 
 
 def blocked_bias_attention(
