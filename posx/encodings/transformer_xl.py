@@ -10,17 +10,16 @@ scaled by ``1/sqrt(d_h)``. Terms (b) + (d) equal ``c_i . R_{i-j}`` with ``c_i = 
 and since ``R`` is made of ``sin/cos((i - j) w)``, the angle-difference identities split it into a
 query feature of position ``i`` dotted with a key feature ``[cos(j w), sin(j w)]`` of position
 ``j``. Appending those features to ``q + u`` and ``k`` turns the whole score into one dot
-product, so attention runs as a single fused causal SDPA call (``v`` zero-padded to that width,
-as fused kernels need): exact, O(s) memory, any (float) positions. The price is the width of
-that dot product, ``d_h + r_dim`` instead of ``d_h``.
+product, computed query-blocked (``posx.encodings.blocked``): exact, O(s) memory, any (float)
+positions. The price is the width of that dot product, ``d_h + r_dim`` instead of ``d_h``.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posx.encodings.blocked import blocked_attend
 from posx.encodings.per_layer import PerLayer
 
 
@@ -73,6 +72,8 @@ class TransformerXL(PerLayer):
         r_dim: Width of the relative sinusoid ``R`` (``None``: ``d_model``; even).
         share_uv: One ``u``, ``v`` for all layers (the paper's formula and its default code)
             or one pair per layer (``untie_r`` in the reference code).
+        block_size: Most queries per attention block (the yaml ties it to
+            ``model.attn_block_size``).
     """
 
     def __init__(
@@ -83,12 +84,13 @@ class TransformerXL(PerLayer):
         n_layers: int,
         r_dim: int | None = None,
         share_uv: bool = True,
+        block_size: int = 256,
     ) -> None:
         super().__init__(n_layers, per_layer=True)  # W_R is always per layer
         r_dim = d_model if r_dim is None else r_dim
         if r_dim <= 0 or r_dim % 2:
             raise ValueError(f"transformer_xl r_dim must be a positive even number, got {r_dim}")
-        self.r_dim, self.share_uv = r_dim, share_uv
+        self.r_dim, self.share_uv, self.block_size = r_dim, share_uv, block_size
         n_uv = 1 if share_uv else n_layers
         self.u = nn.Parameter(torch.randn(n_uv, n_heads, head_dim) * 0.02)
         self.v = nn.Parameter(torch.randn(n_uv, n_heads, head_dim) * 0.02)
@@ -113,12 +115,15 @@ class TransformerXL(PerLayer):
         k_feat = torch.cat((cos_j, sin_j), -1).expand(*k.shape[:-1], self.r_dim)
         q2 = torch.cat((q + u.to(q.dtype).unsqueeze(1), q_feat.to(q.dtype)), -1)
         k2 = torch.cat((k, k_feat.to(k.dtype)), -1)
-        # Fused (flash) kernels need one head width for q, k and v; with v narrower, SDPA falls
-        # back to its math path, which builds the [b, h, s, s] scores. Zero columns in v change
-        # nothing in the output's first d_h columns and keep memory linear in s.
-        v2 = F.pad(v, (0, q2.shape[-1] - v.shape[-1]))
-        out = F.scaled_dot_product_attention(q2, k2, v2, is_causal=True, scale=q.shape[-1] ** -0.5)
-        return out[..., : v.shape[-1]]
+        # Query-blocked: a fused kernel needs v as wide as q2 (zero-padded, twice the work of
+        # the value product), and SDPA's math path would build the [b, h, s, s] scores.
+        q2, k2 = q2.contiguous(), k2.contiguous()
+        scale = q.shape[-1] ** -0.5
+
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            return (q2[..., i0:i1, :] @ k2[..., j0:i1, :].transpose(-1, -2)) * scale, None
+
+        return blocked_attend(v, scores, self.block_size)
 
     def extra_repr(self) -> str:
         return f"r_dim={self.r_dim}, share_uv={self.share_uv}"
