@@ -96,3 +96,19 @@ def test_trust_comes_from_options_and_the_environment(monkeypatch):
     monkeypatch.setenv("POSX_TRUST", "not valid")
     with pytest.raises(ConfigError, match="got 'not valid'"):
         trusted_prefixes()
+
+
+def test_targets_in_the_users_config_dirs_are_trusted_exactly(tmp_path, monkeypatch):
+    """A ``_target_`` the user wrote into their own config dir is trusted (that exact path, not
+    its package); a dir the user did not name grants nothing."""
+    monkeypatch.delenv("POSX_TRUST", raising=False)
+    monkeypatch.delenv("POSX_CONFIG_PATH", raising=False)
+    mine = tmp_path / "mine"
+    (mine / "encoding").mkdir(parents=True)
+    (mine / "encoding" / "dec.yaml").write_text("_target_: json.JSONDecoder\n")
+    cfg = OmegaConf.create({"encoding": {"_target_": "json.JSONDecoder"}})
+    assert trusted_prefixes(["a"], [mine]) == ("a", "json.JSONDecoder")
+    check_trusted(cfg, trusted_prefixes(dirs=[mine]), "RUN/.hydra/config.yaml")  # no error
+    assert not is_trusted("json.JSONEncoder", trusted_prefixes(dirs=[mine]))
+    with pytest.raises(ConfigError, match="'json.JSONDecoder' is not posx code"):
+        check_trusted(cfg, trusted_prefixes(dirs=[]), "RUN/.hydra/config.yaml")
