@@ -73,7 +73,8 @@ def train(ctx: typer.Context) -> None:
 
 TRUST_HELP = (
     "Also build _target_ classes under this module prefix (e.g. mypkg) when loading runs; "
-    "repeatable; adds to POSX_TRUST (comma-separated). posx's own classes are always trusted."
+    "repeatable; adds to POSX_TRUST (comma-separated). posx's own classes, and the _target_s "
+    "in your config dirs (--config-dir, POSX_CONFIG_PATH), are always trusted."
 )
 
 

@@ -103,12 +103,10 @@ class TransformerXL(PerLayer):
             ``model.attn_block_size``).
     """
 
-    # Queries and keys wider than the values send SDPA to PyTorch's math kernel, which builds
-    # the whole [b, h, s, s] score matrix at once (no query blocks): ~10 bytes per score in
-    # evaluation and ~16 per causal score and layer in training, measured on CPU.
-    block_size = None
+    # Attention runs in query blocks (blocked_attend), so evaluation holds one block's scores
+    # with their temporaries (the base class's block_score_bytes); training keeps ~16 bytes per
+    # causal score and layer (measured on CPU when it built the whole matrix), 20 with margin.
     score_bytes = 20
-    block_score_bytes = 12
 
     def __init__(
         self,

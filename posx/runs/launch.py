@@ -310,6 +310,7 @@ def run_resume(
     if done:
         print(done, flush=True)
         return
+    refuse_links(run_dir)  # before reading its hydra.yaml, which could be a link
     current = user_config_dirs() if dirs is None else dirs
     # The config dirs it was trained with (its hydra.yaml), after the user's own: a dir that
     # moved is found among the user's. They only supply configs: every `_target_` they name
@@ -320,7 +321,6 @@ def run_resume(
     cfg = compose(overrides, dirs)
     check_trusted(cfg, trust, str(overrides_file), recorded(info))
     check_identity(run_dir, cfg, f"{overrides_file} (composed with posx's configs)")
-    refuse_links(run_dir)
     check_writable(run_dir, "run directory", "copy the run somewhere writable and resume the copy")
     run_train([*overrides, "train.resume=true", f"hydra.run.dir={run_dir}"], debug, dirs, trust)
 
