@@ -306,10 +306,8 @@ def run_resume(
         raise ConfigError(f"not a posx run directory (no .hydra/overrides.yaml): {run_dir}")
     overrides = run_overrides(overrides_file)
     verify_checkpoint(run_dir, resume=True)  # damage fails here, before run.json is touched
-    done = finished(run_dir)
-    if done:
-        print(done, flush=True)
-        return
+    # The run's files are checked before anything else, a finished run's too: they are
+    # untrusted input whatever the run's state.
     refuse_links(run_dir)  # before reading its hydra.yaml, which could be a link
     current = user_config_dirs() if dirs is None else dirs
     # The config dirs it was trained with (its hydra.yaml), after the user's own: a dir that
@@ -322,6 +320,10 @@ def run_resume(
     check_trusted(cfg, trust, str(overrides_file), recorded(info))
     check_identity(run_dir, cfg, f"{overrides_file} (composed with posx's configs)")
     check_writable(run_dir, "run directory", "copy the run somewhere writable and resume the copy")
+    done = finished(run_dir)
+    if done:
+        print(done, flush=True)
+        return
     run_train([*overrides, "train.resume=true", f"hydra.run.dir={run_dir}"], debug, dirs, trust)
 
 
