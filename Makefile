@@ -43,7 +43,7 @@ bench: $(STAMP) ## Training/eval tokens/s of every encoding vs plain PyTorch and
 		|| echo "x-transformers could not be installed: benchmarking without it"
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
-bench-eval: $(STAMP) ## Evaluator time and peak memory per length (nope/rope/alibi/t5, 1k..32k)
+bench-eval: $(STAMP) ## Evaluator time and peak memory of every encoding at 2k, 8k, 32k tokens; peak(32k)/peak(8k)
 	$(BIN)/python scripts/bench_eval.py $(BENCH_ARGS)
 
 lint: $(STAMP) ## ruff check + format check + import layers (import-linter contracts in pyproject.toml)

@@ -33,6 +33,7 @@ from posx.results import atomic_write
 from posx.runs import evaluate_runs, train_and_evaluate
 from posx.runs.launch import mark_failed
 from posx.runs.preflight import check_buildable
+from posx.trust import trusted_prefixes
 
 __all__ = ["compose", "evaluate", "load_results", "train"]
 
@@ -101,6 +102,7 @@ def evaluate(
     lengths: Sequence[int] | None = None,
     overrides: Sequence[str] = (),
     device: str = "auto",
+    trust: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Evaluates a trained run at ``lengths`` (default: its ``eval.lengths``), as ``posx eval``.
 
@@ -109,11 +111,16 @@ def evaluate(
         lengths: Eval lengths, strictly increasing.
         overrides: Eval-time overrides (``"encoding.scaling.type=yarn"``), recorded per row.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        trust: Module prefixes (or exact targets) whose ``_target_`` classes may be built besides
+            posx's own, as ``posx eval --trust`` (with ``POSX_TRUST`` and the user's config
+            dirs; see :mod:`posx.trust`).
 
     Returns:
         The rows written to the run's ``eval.csv``, one per length.
     """
-    done = evaluate_runs([Path(run)], list(lengths) if lengths else None, list(overrides), device)
+    lengths_ = list(lengths) if lengths else None
+    trusted = trusted_prefixes(trust)
+    done = evaluate_runs([Path(run)], lengths_, list(overrides), device, trust=trusted)
     return pd.DataFrame(done[Path(run)])
 
 

@@ -38,7 +38,9 @@ def locate(path: str) -> Any:
         try:
             obj = importlib.import_module(name)
         except ModuleNotFoundError as err:
-            if err.name != name:  # the module exists but something it imports does not
+            # `name` or a parent of it is no module (`pathlib.Path.touch`): cut further. Any
+            # other missing module is one that an existing module imports: a real error.
+            if not err.name or not (name == err.name or name.startswith(err.name + ".")):
                 raise
             missing = err
             continue

@@ -15,14 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from posx.atomic import shared_mode
 from posx.errors import PosxError, one_line
-from posx.results import SCHEMA_VERSION, write_json
+from posx.results import SCHEMA_VERSION, load_json_object, write_json
 
 CHECKPOINT = "checkpoint"
+# What a checkpoint's weights mean: saved with them, compared with the config that loads them.
+IDENTITY_GROUPS = ("encoding", "task", "model", "positions")
 
 
 def save_checkpoint(
@@ -117,7 +121,7 @@ def _tensor_shapes(path: Path, run_dir: Path) -> dict[str, list[int]]:
 
 def _trainer_state(path: Path, run_dir: Path) -> dict[str, Any]:
     try:
-        state = json.loads((path / "trainer.json").read_text())
+        state = load_json_object(path / "trainer.json")
     except (OSError, ValueError) as err:
         raise _corrupt(path / "trainer.json", run_dir, err) from err
     if state.get("schema_version", 0) > SCHEMA_VERSION:
@@ -126,6 +130,58 @@ def _trainer_state(path: Path, run_dir: Path) -> dict[str, Any]:
             f"(schema {state['schema_version']} > {SCHEMA_VERSION}); upgrade posx"
         )
     return state
+
+
+def config_identity(cfg: DictConfig) -> dict[str, Any]:
+    """What the weights were trained as: the ``encoding``, ``task``, ``model`` and
+    ``positions`` configs (targets and arguments), resolved, as JSON data."""
+    try:
+        ident = {
+            g: OmegaConf.to_container(cfg[g], resolve=True) if cfg.get(g) is not None else None
+            for g in IDENTITY_GROUPS
+        }
+    except OmegaConfBaseException as err:
+        raise PosxError(f"cannot resolve the run's config: {one_line(err)}") from err
+    return json.loads(json.dumps(ident, default=str))
+
+
+def _difference(ours: Any, theirs: Any, path: str) -> tuple[str, Any, Any] | None:
+    """The first key path where two JSON values differ, with both values."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for key in sorted({*ours, *theirs}):
+            found = _difference(ours.get(key), theirs.get(key), f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            found = _difference(a, b, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return None if ours == theirs else (path, ours, theirs)
+
+
+def check_identity(run_dir: Path, cfg: DictConfig, source: str) -> None:
+    """Refuses a config that differs from what the checkpoint was trained with (an edited
+    ``.hydra/config.yaml`` would otherwise label one encoding's weights as another's).
+
+    Checkpoints written before identities were recorded are not checked.
+
+    Raises:
+        PosxError: One line naming the first differing setting and both values.
+    """
+    saved = _trainer_state(checkpoint_dir(run_dir), run_dir).get("identity")
+    if not isinstance(saved, dict):
+        return
+    found = _difference(config_identity(cfg), saved, "")
+    if found:
+        key, ours, theirs = found
+        raise PosxError(
+            f"{source} does not match the checkpoint in {run_dir}: {key.lstrip('.')} is "
+            f"{ours!r} there but {theirs!r} in the checkpoint (was the config edited?); restore "
+            "it, and change settings at eval time with key=value instead"
+        )
 
 
 def verify_checkpoint(run_dir: Path, resume: bool = False) -> Path:
@@ -138,6 +194,12 @@ def verify_checkpoint(run_dir: Path, resume: bool = False) -> Path:
     for file in files:
         _tensor_shapes(file, run_dir)
     return path
+
+
+def parameter_shapes(run_dir: Path) -> dict[str, list[int]]:
+    """Every weight's shape in the run's checkpoint, read from the safetensors header only."""
+    path = checkpoint_dir(run_dir) / "model.safetensors"
+    return _tensor_shapes(path, run_dir)
 
 
 def load_trainer_tensors(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from posx.errors import ConfigError, PosxError
+from posx.errors import ConfigError, PosxError, PosxWarning
 
 app = typer.Typer(
     add_completion=False,
@@ -69,15 +71,25 @@ def train(ctx: typer.Context) -> None:
     run_train(list(ctx.args), debug=debug_requested(), dirs=config_dirs(ctx))
 
 
+TRUST_HELP = (
+    "Also build _target_ classes under this module prefix (e.g. mypkg) when loading runs; "
+    "repeatable; adds to POSX_TRUST (comma-separated). posx's own classes, and the _target_s "
+    "in your config dirs (--config-dir, POSX_CONFIG_PATH), are always trusted."
+)
+
+
 @app.command()
 def resume(
     ctx: typer.Context,
     run: Path = typer.Argument(..., help="A run directory with a checkpoint."),
+    trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
 ) -> None:
     """Continue an interrupted run from its last checkpoint (same config, same directory)."""
     from posx.runs import run_resume
+    from posx.trust import trusted_prefixes
 
-    run_resume(run, debug=debug_requested(), dirs=config_dirs(ctx))
+    dirs = config_dirs(ctx)
+    run_resume(run, debug=debug_requested(), dirs=dirs, trust=trusted_prefixes(trust, dirs))
 
 
 @app.command("runs")
@@ -135,6 +147,10 @@ def eval_(
         None, "--buckets", help="per-position loss buckets: log, or a width in tokens."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar per run."),
+    trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
+    max_memory: str = typer.Option(
+        None, "--max-memory", help="Memory an evaluation may use, e.g. 8G (default: available)."
+    ),
 ) -> None:
     """Evaluate trained runs at longer lengths; writes eval.csv and eval_positions.csv.
 
@@ -143,8 +159,10 @@ def eval_(
     --stride (in their own columns).
     """
     from posx.report.units import eval_summary
+    from posx.resources import parse_size
     from posx.runs import evaluate_runs, select_runs
     from posx.runs.evaluation import failures, protocol_overrides
+    from posx.trust import trusted_prefixes
 
     overrides = protocol_overrides(mode, window, stride, buckets)
     overrides += [a for a in ctx.args if "=" in a]
@@ -157,11 +175,13 @@ def eval_(
             f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
         )
     asked = parse_lengths(lengths) if lengths is not None else None
-    chosen = select_runs(named, root)
+    limit = parse_size(max_memory, "--max-memory")
+    trusted = trusted_prefixes(trust, config_dirs(ctx))
+    chosen = select_runs(named, root, overrides, trusted)
     for run, why in chosen.skipped:
         err_console.print(f"[yellow]skipping {run}: {why}[/]")
     for _, why in chosen.damaged:
-        err_console.print(f"posx: skipping: {why}", markup=False, style="red")
+        err_console.print(f"posx: skipping: {why}", markup=False, style="red", soft_wrap=True)
 
     def show(run: Path, rows: list[dict]) -> None:
         # the report's metric and unit for this task (bits/byte for text, exact match ...)
@@ -171,8 +191,9 @@ def eval_(
         err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
 
     done = evaluate_runs(
-        chosen.runs, asked, overrides, device, progress, on_run=show, on_warning=warn
-    )
+        chosen.runs, asked, overrides, device, progress, on_run=show, on_warning=warn,
+        trust=trusted, max_memory=limit,
+    )  # fmt: skip
     console.print(
         f"wrote eval.csv and eval_positions.csv in {len(chosen.runs)} run(s); "
         "compare with `posx report`"
@@ -184,7 +205,7 @@ def eval_(
         raise PosxError(f"{len(failed)} evaluation(s) failed; the reasons are above")
     if chosen.damaged:
         names = ", ".join(run.name for run, _ in chosen.damaged)
-        raise PosxError(f"{len(chosen.damaged)} run(s) skipped, checkpoint damaged: {names}")
+        raise PosxError(f"{len(chosen.damaged)} run(s) skipped, damaged or refused: {names}")
 
 
 @app.command()
@@ -248,9 +269,16 @@ def report(
     """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
     length, best per column marked, ranking across tasks; export tables and plots."""
     from posx.report import make_report, output_format, render, report_plots, rich_renderables
-    from posx.results import atomic_write
+    from posx.results import atomic_write, check_writable
 
     kind = output_format(fmt, output)
+    # Where the report goes is checked before the results are read, not after.
+    if output is not None:
+        if output.is_dir():
+            raise ConfigError(f"-o {output} is a directory; give a file name such as report.md")
+        check_writable(output.parent, "-o directory", "choose another place with -o")
+    if plot is not None:
+        check_writable(plot, "--plot directory", "choose another directory with --plot")
     result = make_report(
         root,
         metric,
@@ -352,7 +380,8 @@ def sweep_status(
     from posx.sweeps import sweep_status as status_of
 
     jobs = status_of(sweep_dir)
-    colour = {"finished": "green", "failed": "red", "incomplete": "yellow", "missing": "magenta"}
+    colour = {"finished": "green", "failed": "red", "incomplete": "yellow", "damaged": "red",
+              "missing": "magenta"}  # fmt: skip
     table = Table(title=str(sweep_dir), title_justify="left")
     for col in ("#", "swept values", "status", "run", "detail"):
         table.add_column(col)
@@ -371,14 +400,56 @@ def sweep_status(
 
 
 def main() -> None:
-    """Console entry point: PosxErrors become one line on stderr and an exit code."""
+    """Console entry point: every error is one ``posx: error:`` line on stderr and an exit code.
+
+    Typer runs without its standalone mode, so its own usage errors (an unknown option, ``--window
+    abc``) reach this function as click exceptions instead of a usage box.
+    """
+    warnings.simplefilter("always", PosxWarning)  # a skipped file is news every time
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning(previous)
     try:
-        app()
+        code = app(prog_name="posx", standalone_mode=False)
     except PosxError as err:
         if debug_requested():
             traceback.print_exc()
-        err_console.print(f"posx: error: {err}", markup=False, highlight=False, soft_wrap=True)
+        _error(str(err))
         sys.exit(err.exit_code)
-    except KeyboardInterrupt:
+    except typer.TyperException as err:  # click's usage errors: a bad option value, ...
+        if type(err).__name__ == "NoArgsIsHelpError":  # `posx` or `posx sweep` alone: the help
+            console.print(err.format_message(), markup=False, highlight=False)
+            sys.exit(2)
+        if debug_requested():
+            traceback.print_exc()
+        ctx = getattr(err, "ctx", None)
+        where = ctx.command_path if ctx is not None else "posx COMMAND"
+        hint = f"; see `{where} --help`"
+        _error(" ".join(err.format_message().split()).rstrip(".") + hint)
+        sys.exit(2)
+    except (KeyboardInterrupt, typer.Abort):
         err_console.print("posx: interrupted", markup=False)
         sys.exit(130)
+    finally:
+        warnings.showwarning = previous
+    if code == 130:  # typer turns a Ctrl-C outside any command's own handling into Exit(130)
+        err_console.print("posx: interrupted", markup=False)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _error(message: str) -> None:
+    err_console.print(f"posx: error: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _show_warning(previous: Callable[..., None]) -> Callable[..., None]:
+    """``posx: warning: MESSAGE`` for posx's own warnings (e.g. a damaged table that a report
+    skips); any other warning as Python shows it."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, PosxWarning):
+            err_console.print(f"posx: warning: {message}", markup=False, highlight=False,
+                              soft_wrap=True)  # fmt: skip
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    return show

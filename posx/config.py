@@ -7,6 +7,7 @@ and ``task`` stay open (``_target_`` plus the constructor's own arguments), so a
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import secrets
@@ -37,6 +38,8 @@ from posx.evaluation.buckets import parse_buckets
 from posx.labels import LABEL_RE, run_name_resolver
 from posx.model.attention import KERNELS
 from posx.precision import PRECISIONS
+
+INT64_MAX = 2**63 - 1
 
 
 @dataclass
@@ -80,6 +83,9 @@ class TrainConfig:
     progress: bool = True
     progress_every: float = 10.0  # seconds between plain progress lines (posx.log, piped stdout)
     resume: bool = False
+    # Memory a training step (and the evaluation after it) may use, e.g. 8G; None: what is
+    # available. Checked against an estimate before anything is allocated (posx.resources).
+    max_memory: str | None = None
 
 
 @dataclass
@@ -120,6 +126,11 @@ class PosxConfig:
     # Filled in by posx.compose for posx.train: per labelled group, the chosen yaml's name and
     # the `_target_` it sets (`posx train` reads Hydra's record of the choices instead).
     chosen: Any = None
+
+
+# The typed nodes of a config: their keys are fixed by their dataclass.
+_TYPED_NODES = (("", PosxConfig), ("model", ModelConfig), ("train", TrainConfig),
+                ("eval", EvalConfig))  # fmt: skip
 
 
 def new_invocation() -> str:
@@ -194,7 +205,19 @@ def compose(
                 config_name="config", overrides=full, return_hydra_config=hydra_node
             )
         except (HydraException, OmegaConfBaseException, ValueError) as err:
-            raise ConfigError(one_line(err) + _known_keys(err, full)) from err
+            message = _missing_option(err) or one_line(err) + _known_keys(err, full)
+            raise ConfigError(message) from err
+
+
+def _missing_option(err: BaseException) -> str:
+    """``unknown hydra/launcher 'nosuch'; choose from: basic, joblib, ...`` from Hydra's
+    multi-line message for a config group option that does not exist; empty otherwise."""
+    text = str(err).split("Config search path")[0]
+    found = re.search(r"Could not find '(.+)/([^/']+)'", text)
+    choices = re.findall(r"^\t(\S+)$", text, re.MULTILINE)
+    if not found or not choices:
+        return ""
+    return f"unknown {found[1]} '{found[2]}'; choose from: {', '.join(choices)}"
 
 
 def _known_keys(err: BaseException, overrides: list[str]) -> str:
@@ -241,11 +264,14 @@ def check_group_value(group: str, value: str, dirs: Sequence[Path] | None = None
 
 
 def positive_lengths(values: list[Any], what: str) -> list[int]:
-    """Checks a length list: positive integers, strictly increasing."""
+    """Checks a length list: positive integers (int64: positions are int64 tensors), strictly
+    increasing."""
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ConfigError(f"{what} must be positive integers, got {v!r}")
+        if v > INT64_MAX:
+            raise ConfigError(f"{what} must be at most {INT64_MAX} (int64), got {v}")
         out.append(v)
     if not out:
         raise ConfigError(f"{what} is empty; give at least one length")
@@ -254,9 +280,31 @@ def positive_lengths(values: list[Any], what: str) -> list[int]:
     return out
 
 
+def check_typed_keys(cfg: DictConfig) -> None:
+    """Refuses a key the schema does not have in a typed node (``model``, ``train``, ``eval``,
+    the top level), e.g. ``+train.stepz=5``: Hydra's ``+`` adds it past the schema's check."""
+    for path, schema in _TYPED_NODES:
+        node = OmegaConf.select(cfg, path) if path else cfg
+        if not isinstance(node, DictConfig):
+            continue
+        known = {f.name for f in dataclasses.fields(schema)}
+        for key in node:
+            if str(key) not in known:
+                full = f"{path}.{key}" if path else str(key)
+                raise ConfigError(
+                    f"unknown key '{full}' (a typed setting cannot be added with +)"
+                    + key_hint(OmegaConf.structured(PosxConfig), full)
+                )
+
+
 def validate(cfg: DictConfig) -> None:
     """Checks what the schema's types cannot; raises :class:`ConfigError` with one line."""
+    check_typed_keys(cfg)
     m, t, e = cfg.model, cfg.train, cfg.eval
+    for group in ("model", "train", "eval"):  # sizes and counts end up in int64 tensors
+        for key, value in cfg[group].items():
+            if isinstance(value, int) and abs(value) > INT64_MAX:
+                raise ConfigError(f"{group}.{key} must be at most {INT64_MAX} (int64), got {value}")
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "attn_block_size"):
         if m[name] <= 0:
             raise ConfigError(f"model.{name} must be positive, got {m[name]}")

@@ -24,3 +24,8 @@ class Interrupted(PosxError):
     """Ctrl-C stopped training after saving a checkpoint; exit code 130 (as for SIGINT)."""
 
     exit_code = 130
+
+
+class PosxWarning(UserWarning):
+    """Something was skipped but the command goes on (e.g. a damaged table in a report); the
+    CLI prints it as one ``posx: warning:`` line."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from posx.build import build_model, build_positions, build_task
-from posx.checkpoint import load_checkpoint
+from posx.checkpoint import check_identity, load_checkpoint
 from posx.config import EvalConfig, key_hint, validate
 from posx.distributed import pick_device
 from posx.errors import ConfigError, PosxError
@@ -36,6 +37,7 @@ from posx.precision import autocast_context, precision_name
 from posx.results import SCHEMA_VERSION, merge_rows, run_config, run_info
 from posx.tasks.base import Batch, Task
 from posx.tasks.text import sequences_for
+from posx.trust import check_trusted, recorded
 
 ROW_KEYS = ["eval_length", "mode", "window", "stride", "overrides"]
 # Eval settings recorded in their own columns (or not affecting results), so not in `overrides`.
@@ -176,6 +178,28 @@ def with_eval_defaults(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def loadable_config(run_dir: Path, overrides: list[str], trust: Sequence[str] = ()) -> DictConfig:
+    """The run's config with eval-time ``overrides``, once it is safe and right to build.
+
+    The saved config must be what the checkpoint was trained with (an edited config would
+    label these weights as another encoding's), and every ``_target_`` in it must be posx's
+    own or trusted (``trust``; see :mod:`posx.trust`): a run directory cannot run code.
+
+    Raises:
+        ConfigError: A bad override, or a target that is not trusted.
+        PosxError: A damaged config, or one that does not match the checkpoint.
+    """
+    source = run_dir / ".hydra" / "config.yaml"
+    saved = run_config(run_dir)
+    needed = recorded(run_info(run_dir))
+    check_trusted(saved, trust, str(source), needed)
+    check_identity(run_dir, saved, str(source))
+    cfg = apply_overrides(with_eval_defaults(saved), overrides)
+    check_trusted(cfg, trust, "eval-time overrides", needed)
+    validate(cfg)
+    return cfg
+
+
 def recorded_overrides(overrides: list[str]) -> str:
     """The ``overrides`` column: sorted, space-joined, protocol settings left out."""
     keep = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in PROTOCOL_KEYS]
@@ -192,6 +216,7 @@ def evaluate_run(
     device: str = "auto",
     progress: bool = False,
     cache_dir: Path | None = None,
+    trust: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Evaluates one run at ``lengths``; merges rows into ``eval.csv`` and ``eval_positions.csv``.
 
@@ -208,6 +233,8 @@ def evaluate_run(
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         progress: Show a progress bar for this run.
         cache_dir: Held-out data cache (default ``<results root>/.eval_cache``).
+        trust: Module prefixes whose ``_target_`` classes may be built besides posx's own
+            (see :mod:`posx.trust`); used when the run is loaded from its directory.
 
     Returns:
         The eval rows written.
@@ -215,8 +242,7 @@ def evaluate_run(
     overrides = sorted(overrides or [])
     info = run_info(run_dir)
     if model is None or task is None or cfg is None:
-        cfg = apply_overrides(with_eval_defaults(run_config(run_dir)), overrides)
-        validate(cfg)
+        cfg = loadable_config(run_dir, overrides, trust)
         task = build_task(cfg, results_root(run_dir))
         model = build_model(cfg, task.vocab_size)
         load_checkpoint(run_dir, model)

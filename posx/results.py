@@ -8,17 +8,23 @@ killed process leaves either the old file or the new one, never half of one. Che
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
+import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from posx.atomic import atomic_write
+from posx.atomic import atomic_write, shared_mode
+from posx.config import PosxConfig
 from posx.errors import ConfigError, PosxError, one_line
 
 SCHEMA_VERSION = 1
@@ -33,16 +39,52 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def load_json_object(path: Path) -> dict[str, Any]:
+    """A posx JSON file (``run.json``, ``trainer.json``) as a dict.
+
+    Raises:
+        OSError: The file cannot be read.
+        ValueError: It is not JSON, not an object, or its ``schema_version`` is no integer.
+    """
+    data = json.loads(path.read_text())  # JSONDecodeError and UnicodeDecodeError: ValueErrors
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON object was expected, found {type(data).__name__}")
+    version = data.get("schema_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(f"schema_version is {version!r}, not an integer")
+    return data
+
+
 def run_config(run_dir: Path) -> DictConfig:
-    """The resolved config Hydra saved for the run."""
+    """The config Hydra saved for the run, typed by posx's schema.
+
+    Raises:
+        ConfigError: No run directory, or no saved config.
+        PosxError: The saved config is not YAML, or does not fit the schema (one line naming
+            the file).
+    """
     path = run_dir / ".hydra" / "config.yaml"
     if not run_dir.is_dir():
         raise ConfigError(f"run directory does not exist: {run_dir}")
     if not path.is_file():
         raise ConfigError(f"not a posx run directory (no .hydra/config.yaml): {run_dir}")
-    cfg = OmegaConf.load(path)
-    assert isinstance(cfg, DictConfig)
-    return cfg
+    try:
+        cfg = OmegaConf.load(path)
+        if not isinstance(cfg, DictConfig):
+            raise ValueError(f"a mapping of settings was expected, found {type(cfg).__name__}")
+        missing = [k for k in ("model", "train", "eval", "encoding", "task") if k not in cfg]
+        if missing:
+            raise ValueError(f"it has no {', '.join(missing)}")
+        # Typed as at training, so a value of the wrong type fails here and not mid-way.
+        typed = OmegaConf.merge(OmegaConf.structured(PosxConfig), cfg)
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as err:
+        at = getattr(err, "full_key", None)
+        raise PosxError(
+            f"{path} is damaged ({one_line(err)}{f' at {at}' if at else ''}); restore it from a "
+            "backup, or move the run aside"
+        ) from err
+    assert isinstance(typed, DictConfig)
+    return typed
 
 
 def run_info(run_dir: Path) -> dict[str, Any]:
@@ -50,7 +92,12 @@ def run_info(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "run.json"
     if not path.is_file():
         raise ConfigError(f"not a posx run directory (no run.json): {run_dir}")
-    info = json.loads(path.read_text())
+    try:
+        info = load_json_object(path)
+    except (OSError, ValueError) as err:
+        raise PosxError(
+            f"{path} is damaged ({one_line(err)}); restore it from a backup, or move the run aside"
+        ) from err
     if info.get("schema_version", 0) > SCHEMA_VERSION:
         raise PosxError(
             f"{path} was written by a newer posx (schema {info['schema_version']} > "
@@ -59,24 +106,34 @@ def run_info(run_dir: Path) -> dict[str, Any]:
     return info
 
 
-def check_writable(root: Path) -> None:
-    """Fails before any training when files cannot be created under ``root``.
+def check_writable(
+    root: Path, what: str = "results root", hint: str = "choose another with root=DIR"
+) -> None:
+    """Fails before any work when files cannot be created in the directory ``root``.
 
     Probes the nearest existing ancestor with a real temporary file (permission bits alone
-    mislead for root, read-only mounts and ACLs) and creates nothing that stays behind.
+    mislead for root, read-only mounts, ACLs and ``chattr +i``) and creates nothing that stays
+    behind.
+
+    Args:
+        root: The directory files will be written into (created if missing).
+        what: What it is, for the message (``results root``, ``run directory``, ...).
+        hint: What the user can do instead.
+
+    Raises:
+        ConfigError: One line naming the place and why.
     """
     probe = root
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
-        raise ConfigError(f"results root {root} cannot be created: {probe} is not a directory")
+        raise ConfigError(f"{what} {root} cannot be created: {probe} is not a directory; {hint}")
     try:
         with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as err:
         raise ConfigError(
-            f"results root is not writable: {root} ({err.strerror or err} in {probe}); "
-            "choose another with root=DIR"
+            f"{what} is not writable: {root} ({err.strerror or err} in {probe}); {hint}"
         ) from err
 
 
@@ -90,14 +147,35 @@ def find_runs(root: Path) -> list[Path]:
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """Exclusive advisory lock on ``path`` (a sidecar ``.<name>.lock``) for read-modify-write,
-    so two ``posx eval`` processes on one run never drop each other's rows."""
+    so two ``posx eval`` processes on one run never drop each other's rows.
+
+    The lock file is opened with ``O_NOFOLLOW``: in a shared run directory it could be a
+    symbolic link, and following it would create (or open) a file anywhere.
+
+    Raises:
+        PosxError: The lock file is a symbolic link or not a regular file.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    lock = path.parent / f".{path.name}.lock"
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(lock, flags, shared_mode())
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        raise PosxError(
+            f"{lock} is a symbolic link; posx never follows links for its lock files: remove it"
+        ) from err
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PosxError(f"{lock} is not a regular file; remove it")
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def merge_rows(
@@ -118,17 +196,33 @@ def merge_rows(
         return _merge_rows(path, pd.DataFrame(list(rows)), keys, pd.DataFrame(list(replaces)))
 
 
+def read_table(path: Path, keys: list[str]) -> pd.DataFrame:
+    """A table that rows will be merged into; one that cannot be read, or lacks the ``keys``
+    columns (a foreign table), is an error: overwriting it would lose its rows.
+
+    Raises:
+        PosxError: One line naming the file and what is wrong.
+    """
+    try:
+        table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise PosxError(
+            f"cannot read {path} ({one_line(err)}); move it aside, then evaluate again"
+        ) from err
+    missing = [k for k in keys if k not in table]
+    if missing:
+        raise PosxError(
+            f"cannot merge into {path}: it has no {', '.join(missing)} column (not a posx "
+            "table?); move it aside, then evaluate again"
+        )
+    return table
+
+
 def _merge_rows(
     path: Path, new: pd.DataFrame, keys: list[str], replaces: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     if path.is_file():
-        try:
-            old = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            # Never overwrite a table we cannot read: its rows would be lost.
-            raise PosxError(
-                f"cannot read {path} ({one_line(err)}); move it aside, then evaluate again"
-            ) from err
+        old = read_table(path, keys)
         key_of = lambda df: df[keys].astype("string").fillna("").agg("|".join, axis=1)  # noqa: E731
         drop = set(key_of(new)) if len(new) else set()
         if replaces is not None and len(replaces):

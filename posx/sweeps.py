@@ -8,15 +8,18 @@ Hydra recorded), expanded the way Hydra's basic sweeper does; each job directory
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from hydra.errors import HydraException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from posx.errors import ConfigError
+from posx.errors import ConfigError, PosxError, one_line
+from posx.results import load_json_object
 
 Key = frozenset[tuple[str, str]]
 
@@ -27,7 +30,7 @@ class JobStatus:
 
     number: int
     swept: dict[str, str]
-    status: str  # finished | failed | incomplete | missing
+    status: str  # finished | failed | incomplete | damaged | missing
     run_dir: Path | None
     detail: str
 
@@ -39,16 +42,29 @@ def _normalise(overrides: list[str]) -> Key:
 
 
 def expected_jobs(sweep_dir: Path) -> list[list[str]]:
-    """Every job's override list, in Hydra's job-number order."""
+    """Every job's override list, in Hydra's job-number order.
+
+    Raises:
+        ConfigError: No ``multirun.yaml``.
+        PosxError: A ``multirun.yaml`` that is not Hydra's (one line naming it).
+    """
     path = sweep_dir / "multirun.yaml"
     if not path.is_file():
         raise ConfigError(f"not a sweep directory (no multirun.yaml): {sweep_dir}")
-    cfg = OmegaConf.load(path)
-    overrides = list(cfg.hydra.overrides.task)
-    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
-    given = {o.split("=", 1)[0] for o in overrides}
-    overrides += [f"{k}={v}" for k, v in params.items() if k not in given]
-    return expand_sweep(overrides)
+    try:
+        cfg = OmegaConf.load(path)
+        overrides = OmegaConf.select(cfg, "hydra.overrides.task")
+        params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+        if not isinstance(overrides, ListConfig) or not isinstance(params, DictConfig | dict):
+            raise ValueError("no hydra.overrides.task list")
+        overrides = [str(o) for o in overrides]
+        given = {o.split("=", 1)[0] for o in overrides}
+        overrides += [f"{k}={v}" for k, v in params.items() if k not in given]
+        return expand_sweep(overrides)
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException, HydraException) as err:
+        raise PosxError(
+            f"{path} is damaged ({one_line(err)}); it is not Hydra's record of a sweep"
+        ) from err
 
 
 def expand_sweep(overrides: list[str]) -> list[list[str]]:
@@ -68,11 +84,15 @@ def _job_result(run_dir: Path) -> tuple[str, str]:
     info_path = run_dir / "run.json"
     if not info_path.is_file():
         return "incomplete", "no run.json (stopped before training started)"
-    info: dict[str, Any] = json.loads(info_path.read_text())
+    try:
+        info: dict[str, Any] = load_json_object(info_path)
+    except (OSError, ValueError) as err:
+        return "damaged", f"run.json is damaged ({one_line(err)})"
     if info.get("status") == "failed":
         return "failed", str(info.get("error", ""))
     if info.get("status") == "trained" and (run_dir / "eval.csv").is_file():
-        return "finished", f"final loss {info.get('final_loss', float('nan')):.4f}"
+        loss = info.get("final_loss")
+        return "finished", f"final loss {loss:.4f}" if isinstance(loss, int | float) else ""
     if info.get("status") == "trained":
         return "incomplete", "trained, not evaluated"
     return "incomplete", "training did not finish"
@@ -83,8 +103,11 @@ def sweep_status(sweep_dir: Path) -> list[JobStatus]:
     jobs = expected_jobs(sweep_dir)
     found: dict[Key, Path] = {}
     for overrides_file in sweep_dir.glob("*/.hydra/overrides.yaml"):
-        done = OmegaConf.load(overrides_file)
-        found[_normalise([str(x) for x in done])] = overrides_file.parent.parent
+        try:
+            done = OmegaConf.load(overrides_file)
+            found[_normalise([str(x) for x in done])] = overrides_file.parent.parent
+        except (OSError, TypeError, yaml.YAMLError, OmegaConfBaseException, HydraException):
+            continue  # not a job's record: its job shows as missing
     swept_keys = {k for k, values in _swept(jobs).items() if len(values) > 1}
     out = []
     for number, job in enumerate(jobs):

@@ -17,7 +17,14 @@ from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
 from posx.build import build_model, build_positions, build_task
-from posx.checkpoint import checkpoint_dir, load_checkpoint, load_trainer_tensors, save_checkpoint
+from posx.checkpoint import (
+    check_identity,
+    checkpoint_dir,
+    config_identity,
+    load_checkpoint,
+    load_trainer_tensors,
+    save_checkpoint,
+)
 from posx.distributed import (
     barrier,
     check_in_sync,
@@ -37,6 +44,7 @@ from posx.precision import autocast_context, grad_scaler
 from posx.progress import TrainProgress
 from posx.results import SCHEMA_VERSION, write_csv, write_json
 from posx.tasks.base import Task
+from posx.trust import needs_trust
 from posx.version import __version__
 
 log = logging.getLogger(__name__)
@@ -72,6 +80,9 @@ def run_meta(
         "task_info": task_info,
         # the whole configuration minus seed and bookkeeping: what `posx report` groups by
         "fingerprint": run_fingerprint(run_dir, cfg),
+        # What `posx eval/resume --trust` must allow to load this run (informative only: a
+        # run's own files never grant trust; see posx.trust).
+        "needs_trust": needs_trust(cfg),
     }
 
 
@@ -170,6 +181,7 @@ def train(
     step, tokens_seen, rows = 0, 0, []
     if t.resume and any((run_dir / d).is_dir() for d in ("checkpoint", ".checkpoint.old")):
         checkpoint_dir(run_dir)  # a clear error if the checkpoint is incomplete
+        check_identity(run_dir, cfg, "the config to resume with")
         step, tokens_seen, rows = restore(run_dir, model, optimizer, data_rng)
     ddp = DistributedDataParallel(model) if w.distributed else model
     # compiled for training only: evaluation runs other lengths, which would recompile
@@ -182,6 +194,7 @@ def train(
         )
 
     saved = [step or None]  # step of the checkpoint on disk (the restored one, if any)
+    identity = config_identity(cfg)  # what the weights mean; loading checks it against the config
 
     def diverged(what: str, at: int) -> PosxError:
         """Records the failure with its step in run.json; the checkpoint on disk stays."""
@@ -203,7 +216,7 @@ def train(
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             raise diverged("the weights became non-finite", done)
         if w.is_main:
-            state = {"step": done, "tokens": tokens_seen}
+            state = {"step": done, "tokens": tokens_seen, "identity": identity}
             save_checkpoint(run_dir, model, optimizer, state, rng_states(data_rng))
         saved[0] = done
         barrier(w)

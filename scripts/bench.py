@@ -19,6 +19,7 @@ with threads, torch version and device in every row) and ``<out>/ratios.csv``.
 
     python scripts/bench.py                                # tiny and small, all encodings
     python scripts/bench.py --models tiny --encodings nope,rope,alibi --rounds 9
+    python scripts/bench.py --models small --phases eval --eval-factors 16 --encodings alibi,shaw
 """
 
 from __future__ import annotations
@@ -260,12 +261,12 @@ def sample_calls(seconds_per_call: float, args: argparse.Namespace) -> int:
 
 
 def bench_model(model_name: str, args: argparse.Namespace, rows: list[dict]) -> None:
-    """Times every variant of one model size; appends one row per (variant, phase, length,
-    round) to ``rows``."""
+    """Times every variant of one model size in the ``--phases`` asked for; appends one row per
+    (variant, phase, length, round) to ``rows``."""
     dims, length, batch, dev = model_dims(model_name), args.length, args.batch, args.device
     reference = Variant("reference", "-", Reference(dims))
     variants = [posx_variant(model_name, e, length) for e in args.encodings]
-    if not args.no_xtransformers:
+    if not args.no_xtransformers and "train" in args.phases:  # x-t is timed in training only
         xts = [xt_variant(e, dims, length) for e in args.encodings if e in XT_EQUIVALENT]
         if any(x is None for x in xts):
             print("x-transformers is not installed (pip install -e '.[bench]'); left out")
@@ -275,9 +276,26 @@ def bench_model(model_name: str, args: argparse.Namespace, rows: list[dict]) -> 
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, VOCAB, (batch, length + 1), generator=gen).to(dev)
 
-    # Training: every variant gets its optimizer and untimed warm-up steps (allocator, first
-    # dispatch); one more, timed, sets how many steps make a sample.
     calls: dict[str, int] = {}
+    if "train" in args.phases:
+        bench_training(model_name, reference, variants, tokens, calls, args, rows)
+    if "eval" in args.phases:
+        bench_evaluation(model_name, reference, variants, gen, calls, args, rows)
+
+
+def bench_training(
+    model_name: str,
+    reference: Variant,
+    variants: list[Variant],
+    tokens: Tensor,
+    calls: dict[str, int],
+    args: argparse.Namespace,
+    rows: list[dict],
+) -> None:
+    """Paired training steps of every variant against the reference."""
+    dev, length, batch = args.device, args.length, args.batch
+    # Every variant gets its optimizer and untimed warm-up steps (allocator, first dispatch);
+    # one more, timed, sets how many steps make a sample.
     for v in [reference, *variants]:
         v.model.train()
         v.optimizer = torch.optim.AdamW(v.model.parameters(), lr=1e-4)
@@ -296,8 +314,20 @@ def bench_model(model_name: str, args: argparse.Namespace, rows: list[dict]) -> 
         print(f"  train {v.name:28s} {tps:>10,.0f} tok/s")
         v.optimizer = None  # free the optimizer state before evaluating
 
-    # Evaluation: the same tokens per forward at every length. x-transformers is left out:
-    # its absolute tables stop at the training length, and the reference is the ceiling.
+
+def bench_evaluation(
+    model_name: str,
+    reference: Variant,
+    variants: list[Variant],
+    gen: torch.Generator,
+    calls: dict[str, int],
+    args: argparse.Namespace,
+    rows: list[dict],
+) -> None:
+    """Paired inference-mode forwards at every ``--eval-factors`` length: the same tokens per
+    forward at every length. x-transformers is left out: its absolute tables stop at the
+    training length, and the reference is the ceiling."""
+    dev, length, batch = args.device, args.length, args.batch
     evaluated = [v for v in variants if v.library != "xtransformers"]
     for factor in args.eval_factors:
         n = length * factor
@@ -461,6 +491,7 @@ def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Name
     )
     p.add_argument("--warmup", type=int, default=2, help="untimed training steps per variant")
     p.add_argument("--eval-factors", default="1,4,16", help="eval lengths as multiples of --length")
+    p.add_argument("--phases", default="train,eval", help="train, eval or both (comma-separated)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast, as posx trains)")
     p.add_argument("--out", default=None, help="output dir (default results/bench/<time>)")
@@ -475,6 +506,9 @@ def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Name
         )
         if unknown:
             return f"unknown {what} {unknown}; choose from {', '.join(known)}"
+    args.phases = [p for p in args.phases.split(",") if p]
+    if not args.phases or not set(args.phases) <= {"train", "eval"}:
+        return f"--phases takes train, eval or train,eval, got {','.join(args.phases) or '(none)'}"
     try:
         args.eval_factors = [int(f) for f in args.eval_factors.split(",") if f]
     except ValueError:
@@ -527,4 +561,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # measure this checkout's posx, not an installed one
     sys.exit(main())

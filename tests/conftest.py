@@ -160,3 +160,58 @@ def read_wandb():
             time.sleep(0.2)
 
     return read
+
+
+def run_in_process(*args: str) -> CliResult:
+    """``posx ARGS`` through ``posx.cli.main`` in this process, usable from fixtures of any
+    scope (the ``cli`` fixture needs pytest's function-scoped capture)."""
+    import contextlib
+    import io
+
+    from posx.cli import main
+
+    argv, out, err = sys.argv, io.StringIO(), io.StringIO()
+    sys.argv = ["posx", *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.argv = argv
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """One finished tiny run (checkpoint, run.json, eval.csv), trained once per session in
+    this process; tests change copies of it (``copy_run``), never the run itself."""
+    root = tmp_path_factory.mktemp("tiny_run")
+    result = run_in_process("train", *TINY, "train.steps=10", f"root={root}")
+    runs = [p.parent for p in root.rglob("run.json")]
+    assert result.returncode == 0 and len(runs) == 1, result.stderr
+    return runs[0]
+
+
+@pytest.fixture
+def copy_run(tiny_run: Path, tmp_path: Path):
+    """``copy_run(name)``: a fresh copy of ``tiny_run`` at ``tmp_path/runs/name``."""
+    import shutil
+
+    def copy(name: str = "run") -> Path:
+        return Path(shutil.copytree(tiny_run, tmp_path / "runs" / name, symlinks=True))
+
+    return copy
+
+
+@pytest.fixture(scope="session")
+def posx_in_process():
+    """:func:`run_in_process`, for fixtures wider than one test."""
+    return run_in_process
+
+
+@pytest.fixture(scope="session")
+def tiny_args() -> list[str]:
+    """The tiny run's overrides without ``root`` (for fixtures wider than one test)."""
+    return list(TINY)

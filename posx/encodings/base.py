@@ -28,10 +28,19 @@ class PositionalEncoding(nn.Module):
             then evaluate it once per distance (a ``[h, distances]`` table), which is how
             FlexAttention runs it; a bias that also reads the positions themselves must leave
             this ``False``.
+        score_bytes: Memory per attention score that training keeps (see below).
+        block_score_bytes: Memory per attention score of one query block in evaluation.
     """
 
     max_len: int | None = None
     relative_bias: bool = False
+    # Memory per attention score (one query, key and head) when the encoding computes attention
+    # itself or learns its bias, which posx.resources uses to refuse what cannot fit before
+    # allocating: training keeps every score of every layer for the backward pass
+    # (``score_bytes``); evaluation holds one query block's scores with their temporaries
+    # (``block_score_bytes``). Encodings that keep more per score say so.
+    score_bytes: int = 16
+    block_score_bytes: int = 96
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """Adds absolute position information to token embeddings.

@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.blocked import blocked_attend, integer_distance, per_query
+from posx.encodings.blocked import FarKeys, blocked_attend, integer_distance, per_query
 from posx.encodings.per_layer import PerLayer
 
 
@@ -64,6 +64,23 @@ def deberta_index(
         distance = log_bucket_position(distance, position_buckets, max_relative_positions)
         span = position_buckets
     return (distance + span).clamp(0, 2 * span - 1)
+
+
+def saturation_distance(max_relative_positions: int, position_buckets: int = 0) -> int:
+    """Smallest ``d`` from which ``delta(i, j)`` is the table's last row and ``delta(j, i)`` its
+    first for every ``i - j >= d`` (both are monotone in the distance).
+
+    Args:
+        max_relative_positions: ``k``.
+        position_buckets: ``0`` for plain clipping, else the log-bucket count.
+    """
+    distance = torch.arange(0, 4 * max_relative_positions + 4)
+    zero = torch.zeros(1, dtype=torch.long)
+    ahead = deberta_index(distance, zero, max_relative_positions, position_buckets).squeeze(-1)
+    behind = deberta_index(zero, distance, max_relative_positions, position_buckets).squeeze(0)
+    last = 2 * (position_buckets or max_relative_positions) - 1
+    unsaturated = ((ahead != last) | (behind != 0)).nonzero()
+    return int(unsaturated.max()) + 1
 
 
 class DebertaProjections(nn.Module):
@@ -122,6 +139,7 @@ class DeBERTa(PerLayer):
         self.rel_embeddings = nn.Embedding(2 * span, d_model)
         nn.init.normal_(self.rel_embeddings.weight, std=0.02)
         self.layers = nn.ModuleList(DebertaProjections(d_model) for _ in range(self.n_sets))
+        self.far_distance = saturation_distance(max_relative_positions, position_buckets)
 
     def _heads(self, x: Tensor) -> Tensor:
         """``[2k, d] -> [h, 2k, d_h]``."""
@@ -135,22 +153,35 @@ class DeBERTa(PerLayer):
         k_r = self._heads(projections.key_proj(rel)).to(q.dtype)  # [h, 2span, d_h]
         q_r = self._heads(projections.query_proj(rel)).to(q.dtype)
         scale = (3 * q.shape[-1]) ** -0.5
-        p2c_all = k @ q_r.transpose(-1, -2)  # K^c_j . Q^r_r for every key and row: [b, h, s, 2span]
         span, buckets = self.max_relative_positions, self.position_buckets
 
-        def scores(i0: int, i1: int) -> tuple[Tensor, None]:
-            qb, kb = q[..., i0:i1, :], k[..., :i1, :]
-            qp, kp = q_pos[..., i0:i1], k_pos[..., :i1]
-            content = qb @ kb.transpose(-1, -2)  # [b, h, bq, i1]
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            qb, kb = q[..., i0:i1, :], k[..., j0:i1, :]
+            qp, kp = q_pos[..., i0:i1], k_pos[..., j0:i1]
+            content = qb @ kb.transpose(-1, -2)  # [b, h, bq, i1 - j0]
             idx = deberta_index(qp, kp, span, buckets)
             c2p = torch.gather(qb @ k_r.transpose(-1, -2), -1, per_query(idx, content))
             # p2c needs delta(j, i): the distance seen from the key, read from the key's row.
             idx_t = deberta_index(kp, qp, span, buckets)
-            idx_t = per_query(idx_t.transpose(-1, -2), content)  # [b, h, bq, i1]: row of (j, i)
-            p2c = torch.gather(p2c_all[..., :i1, :].transpose(-1, -2), -2, idx_t)
+            idx_t = per_query(idx_t.transpose(-1, -2), content)  # [b, h, bq, i1 - j0]
+            p2c_keys = q_r @ kb.transpose(-1, -2)  # Q^r_r . K^c_j: [b, h, 2span, i1 - j0]
+            p2c = torch.gather(p2c_keys, -2, idx_t)
             return (content + c2p + p2c) * scale, None
 
-        return blocked_attend(v, scores, self.block_size)
+        # From far_distance on, delta(i, j) is the last row and delta(j, i) the first: c2p is
+        # q_i . K^r_last per query, p2c is K^c_j . Q^r_0, folded into the queries.
+        def far() -> FarKeys:
+            return FarKeys(
+                distance=self.far_distance,
+                q=q + q_r[:, :1],
+                k=k,
+                scale=scale,
+                q_pos=q_pos,
+                k_pos=k_pos,
+                logit_offset=(q @ k_r[:, -1:].transpose(-1, -2)).squeeze(-1) * scale,
+            )
+
+        return blocked_attend(v, scores, self.block_size, far=far)
 
     def extra_repr(self) -> str:
         return f"k={self.max_relative_positions}, buckets={self.position_buckets}"

@@ -16,7 +16,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.blocked import blocked_attend, gather_relative, integer_distance, per_query
+from posx.encodings.blocked import (
+    FarKeys,
+    blocked_attend,
+    gather_relative,
+    integer_distance,
+    per_query,
+)
 from posx.encodings.per_layer import PerLayer
 
 
@@ -85,10 +91,10 @@ class Shaw(PerLayer):
         tables = self.layers[layer]
         scale = q.shape[-1] ** -0.5
 
-        def scores(i0: int, i1: int) -> tuple[Tensor, Tensor]:
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, Tensor]:
             qb = q[..., i0:i1, :]  # [b, h, bq, d_h]
-            index = shaw_index(q_pos[..., i0:i1], k_pos[..., :i1], self.max_relative_position)
-            content = qb @ k[..., :i1, :].transpose(-1, -2)  # [b, h, bq, i1]
+            index = shaw_index(q_pos[..., i0:i1], k_pos[..., j0:i1], self.max_relative_position)
+            content = qb @ k[..., j0:i1, :].transpose(-1, -2)  # [b, h, bq, i1 - j0]
             relative = gather_relative(qb @ tables.w_k.to(qb.dtype).T, index)  # q_i . a^K_ij
             return (content + relative) * scale, index
 
@@ -98,7 +104,21 @@ class Shaw(PerLayer):
             slots.scatter_add_(-1, per_query(index, probs), probs)
             return slots @ tables.w_v.float()
 
-        return blocked_attend(v, scores, self.block_size, value_term)
+        # Keys k or more positions back share slot 0: content score + q_i . w^K_0, value
+        # v_j + w^V_0; those go through the fused kernel (posx.encodings.blocked).
+        def far() -> FarKeys:
+            return FarKeys(
+                distance=self.max_relative_position,
+                q=q,
+                k=k,
+                scale=scale,
+                q_pos=q_pos,
+                k_pos=k_pos,
+                logit_offset=(q @ tables.w_k[0].to(q.dtype)) * scale,
+                value_offset=tables.w_v[0],
+            )
+
+        return blocked_attend(v, scores, self.block_size, value_term, far)
 
     def extra_repr(self) -> str:
         return f"k={self.max_relative_position}, {super().extra_repr()}"

@@ -10,16 +10,22 @@ scaled by ``1/sqrt(d_h)``. Terms (b) + (d) equal ``c_i . R_{i-j}`` with ``c_i = 
 and since ``R`` is made of ``sin/cos((i - j) w)``, the angle-difference identities split it into a
 query feature of position ``i`` dotted with a key feature ``[cos(j w), sin(j w)]`` of position
 ``j``. Appending those features to ``q + u`` and ``k`` turns the whole score into one dot
-product, so attention runs as a single fused causal SDPA call: exact, O(s) memory, any (float)
-positions.
+product, computed query-blocked (``posx.encodings.blocked``): exact, O(s) memory, any (float)
+positions. The price is the width of that dot product, ``d_h + r_dim`` instead of ``d_h``.
+
+When every position is an integer (the usual case) a cheaper exact route is taken: the
+distinct distances of a query block are few (about the block's key count), so
+``P_d = W_R R_d`` is computed once per distance and terms (b) + (d) are ``(q_i + v) . P_{i-j}``,
+a ``d_h``-wide product per (query, distance) read back per pair, as Shaw's relative scores are.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posx.encodings.base import relative_distance
+from posx.encodings.blocked import blocked_attend, gather_relative
 from posx.encodings.per_layer import PerLayer
 
 
@@ -48,6 +54,27 @@ def _trig(pos: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     return angles.sin().float(), angles.cos().float()
 
 
+def distance_span(q_pos: Tensor, k_pos: Tensor, most: int | None = None) -> tuple[int, int] | None:
+    """The least and greatest distance ``q_pos[i] - k_pos[j]`` over causal pairs ``j <= i``,
+    when every position is an integer (else ``None``), and at most ``most`` distances apart
+    (default ``4 s + 1024``: a table of them stays linear in ``s``).
+
+    Args:
+        q_pos: Query positions ``[s]`` or ``[b, s]``.
+        k_pos: Key positions ``[s]`` or ``[b, s]`` (the same tokens, by index).
+    """
+    if q_pos.is_floating_point() and not (
+        torch.equal(q_pos, q_pos.round()) and torch.equal(k_pos, k_pos.round())
+    ):
+        return None
+    # For query i the visible keys are j <= i: the nearest and furthest by running max / min.
+    nearest = q_pos - torch.cummax(k_pos, dim=-1).values
+    furthest = q_pos - torch.cummin(k_pos, dim=-1).values
+    lo, hi = int(nearest.min()), int(furthest.max())
+    most = 4 * q_pos.shape[-1] + 1024 if most is None else most
+    return (lo, hi) if hi - lo < most else None
+
+
 def _per_head(feature: Tensor) -> Tensor:
     """``[s, f]`` or ``[b, s, f]`` -> ``[1 or b, 1, s, f]`` (broadcast over heads)."""
     return feature.unsqueeze(0).unsqueeze(0) if feature.dim() == 2 else feature.unsqueeze(1)
@@ -72,7 +99,14 @@ class TransformerXL(PerLayer):
         r_dim: Width of the relative sinusoid ``R`` (``None``: ``d_model``; even).
         share_uv: One ``u``, ``v`` for all layers (the paper's formula and its default code)
             or one pair per layer (``untie_r`` in the reference code).
+        block_size: Most queries per attention block (the yaml ties it to
+            ``model.attn_block_size``).
     """
+
+    # Attention runs in query blocks (blocked_attend), so evaluation holds one block's scores
+    # with their temporaries (the base class's block_score_bytes); training keeps ~16 bytes per
+    # causal score and layer (measured on CPU when it built the whole matrix), 20 with margin.
+    score_bytes = 20
 
     def __init__(
         self,
@@ -82,12 +116,13 @@ class TransformerXL(PerLayer):
         n_layers: int,
         r_dim: int | None = None,
         share_uv: bool = True,
+        block_size: int = 256,
     ) -> None:
         super().__init__(n_layers, per_layer=True)  # W_R is always per layer
         r_dim = d_model if r_dim is None else r_dim
         if r_dim <= 0 or r_dim % 2:
             raise ValueError(f"transformer_xl r_dim must be a positive even number, got {r_dim}")
-        self.r_dim, self.share_uv = r_dim, share_uv
+        self.r_dim, self.share_uv, self.block_size = r_dim, share_uv, block_size
         n_uv = 1 if share_uv else n_layers
         self.u = nn.Parameter(torch.randn(n_uv, n_heads, head_dim) * 0.02)
         self.v = nn.Parameter(torch.randn(n_uv, n_heads, head_dim) * 0.02)
@@ -103,10 +138,44 @@ class TransformerXL(PerLayer):
         self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
     ) -> Tensor:
         uv = 0 if self.share_uv else layer
-        u, v_bias = self.u[uv], self.v[uv]  # [h, d_h]
-        w_r = self.layers[layer].w_r
+        u, v_bias = self.u[uv].to(q.dtype).unsqueeze(1), self.v[uv].to(q.dtype).unsqueeze(1)
+        w_r = self.layers[layer].w_r  # [h, d_h, r_dim]
+        span = distance_span(q_pos, k_pos)
+        if span is None:
+            return self._feature_attend(q, k, v, q_pos, k_pos, u, v_bias, w_r)
+        # Every distance is an integer in [lo, hi]: P_d = W_R R_d for each, and term (b) + (d)
+        # of pair (i, j) is (q_i + v) . P_{d(i, j)}, read from a per-query table.
+        lo, hi = span
+        table = xl_sinusoid(torch.arange(lo, hi + 1, device=q.device), self.r_dim)
+        p = torch.einsum("nr,hdr->hnd", table, w_r.float()).to(q.dtype)  # [h, n, d_h]
+        qu, qv, k = (q + u).contiguous(), (q + v_bias).contiguous(), k.contiguous()
+        q_pos, k_pos = q_pos.long(), k_pos.long()
+        scale = q.shape[-1] ** -0.5
+
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            content = qu[..., i0:i1, :] @ k[..., j0:i1, :].transpose(-1, -2)  # (a) + (c)
+            row = relative_distance(q_pos[..., i0:i1], k_pos[..., j0:i1]) - lo
+            row = row.clamp_(0, hi - lo)  # only future (masked) pairs fall outside
+            first, last = int(row.min()), int(row.max())  # the block's slice of the table
+            rel = qv[..., i0:i1, :] @ p[:, first : last + 1].transpose(-1, -2)
+            return (content + gather_relative(rel, row - first)) * scale, None
+
+        return blocked_attend(v, scores, self.block_size)
+
+    def _feature_attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        u: Tensor,
+        v_bias: Tensor,
+        w_r: Tensor,
+    ) -> Tensor:
+        """Any (float) positions: the score as one ``d_h + r_dim`` wide dot product."""
         half = self.r_dim // 2
-        c = (q.float() + v_bias.float().unsqueeze(1)) @ w_r.float()  # [b, h, s, r_dim]
+        c = (q.float() + v_bias.float()) @ w_r.float()  # [b, h, s, r_dim]
         c_sin, c_cos = c[..., :half], c[..., half:]
         sin_i, cos_i = (_per_head(t) for t in _trig(q_pos, self.r_dim))
         sin_j, cos_j = (_per_head(t) for t in _trig(k_pos, self.r_dim))
@@ -114,9 +183,16 @@ class TransformerXL(PerLayer):
         #                 + sin(j w)(c_cos sin(i w) - c_sin cos(i w))
         q_feat = torch.cat((c_sin * sin_i + c_cos * cos_i, c_cos * sin_i - c_sin * cos_i), -1)
         k_feat = torch.cat((cos_j, sin_j), -1).expand(*k.shape[:-1], self.r_dim)
-        q2 = torch.cat((q + u.to(q.dtype).unsqueeze(1), q_feat.to(q.dtype)), -1)
-        k2 = torch.cat((k, k_feat.to(k.dtype)), -1)
-        return F.scaled_dot_product_attention(q2, k2, v, is_causal=True, scale=q.shape[-1] ** -0.5)
+        # Query-blocked: a fused kernel needs v as wide as q2 (zero-padded, twice the work of
+        # the value product), and SDPA's math path would build the [b, h, s, s] scores.
+        q2 = torch.cat((q + u, q_feat.to(q.dtype)), -1).contiguous()
+        k2 = torch.cat((k, k_feat.to(k.dtype)), -1).contiguous()
+        scale = q.shape[-1] ** -0.5
+
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            return (q2[..., i0:i1, :] @ k2[..., j0:i1, :].transpose(-1, -2)) * scale, None
+
+        return blocked_attend(v, scores, self.block_size)
 
     def extra_repr(self) -> str:
         return f"r_dim={self.r_dim}, share_uv={self.share_uv}"

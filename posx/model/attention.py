@@ -3,9 +3,10 @@
 - no bias, no ``attend``: ``scaled_dot_product_attention(is_causal=True)`` (flash on GPU);
 - a bias: ``blocked`` over queries, each block building only its own ``[h, block, sk]`` bias
   (any device; the block shrinks at long lengths so one block's scores stay under a fixed
-  element budget, which keeps memory linear in the sequence length), or ``flex``:
-  FlexAttention with a ``score_mod`` that reads the bias from a per-distance table
-  (``encoding.relative_bias``), compiled into a fused kernel, so no ``[s, s]`` tensor exists;
+  element budget, ``posx.encodings.blocked.MAX_BLOCK_ELEMENTS``, which keeps memory linear in
+  the sequence length), or ``flex``: FlexAttention with a ``score_mod`` that reads the bias
+  from a per-distance table (``encoding.relative_bias``), compiled into a fused kernel, so no
+  ``[s, s]`` tensor exists;
 - ``attend``: the encoding's own computation.
 
 The model carries the choice (``TransformerLM(attention_kernel=...)``, see :data:`KERNELS`):
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding
-from posx.encodings.blocked import future_mask
+from posx.encodings.blocked import future_bias, query_block
 from posx.encodings.memo import PositionMemo
 from posx.model.flex import (
     FLEX_AVAILABLE,
@@ -36,9 +37,6 @@ from posx.model.flex import (
 )
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
-# Largest score/bias tensor one query block may build (elements of [b, h, block, sk]):
-# 2^22 float32 values = 16 MiB, whatever the length.
-MAX_BLOCK_ELEMENTS = 2**22
 
 #: Values of ``attention_kernel``: which kernel a bias encoding gets (others are fixed).
 KERNELS = ("auto", "blocked", "flex")
@@ -138,15 +136,17 @@ _BIAS_MEMO: weakref.WeakKeyDictionary[PositionalEncoding, PositionMemo] = (
 )
 
 
+# Elements of bias blocks one encoding keeps (32 MiB of float32). A forward asks for every block
+# in every layer, so what fits is computed once per forward (once per evaluation length when no
+# gradient flows): all of them up to h * (s^2/2 + s * block/2) elements, e.g. the small model's
+# 8 heads at 1,024 tokens (5.2M); beyond, the memo keeps the part of the cycle that fits.
+BIAS_MEMO_ELEMENTS = 2**23
+
+
 def _bias_memo(encoding: PositionalEncoding) -> tuple[PositionMemo, tuple[int, ...]]:
     if encoding not in _BIAS_MEMO:
-        _BIAS_MEMO[encoding] = PositionMemo()
+        _BIAS_MEMO[encoding] = PositionMemo(BIAS_MEMO_ELEMENTS)
     return _BIAS_MEMO[encoding], encoding.cache_key()
-
-
-def query_block(block_size: int, batch: int, heads: int, keys: int) -> int:
-    """Queries per block: ``block_size``, or fewer so ``[b, h, block, keys]`` fits the budget."""
-    return max(1, min(block_size, MAX_BLOCK_ELEMENTS // max(1, batch * heads * keys)))
 
 
 def blocked_bias_attention(
@@ -193,8 +193,9 @@ def blocked_bias_attention(
         qp, kp = q_pos[..., i0:i1], k_pos[..., :i1]
 
         def masked_bias(qp: Tensor = qp, kp: Tensor = kp, i0: int = i0, i1: int = i1) -> Tensor:
-            bias = bias_fn(qp, kp).to(q.dtype)
-            bias = bias.masked_fill(future_mask(i0, i1, q.device), float("-inf"))
+            # adding a [block, keys] -inf mask is one vectorised pass (masked_fill with a
+            # broadcast boolean mask is several times slower on the CPU)
+            bias = bias_fn(qp, kp).to(q.dtype) + future_bias(i0, i1, q.device).to(q.dtype)
             # SDPA's fused CPU kernel takes a 4-D mask only; a 3-D one runs the unfused math.
             return bias.unsqueeze(0) if bias.dim() == 3 else bias
 

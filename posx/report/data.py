@@ -9,15 +9,17 @@ carry their run's config fingerprint and config keys (:mod:`posx.report.configs`
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from posx.errors import ConfigError, PosxError
+from posx.errors import ConfigError, PosxError, PosxWarning
 from posx.report.configs import PREFIX, attach_configs
+from posx.report.damage import INTEGER_COLUMNS, table_problem
 from posx.report.units import AUTO_METRICS
-from posx.results import SCHEMA_VERSION, find_runs, run_info
+from posx.results import find_runs, run_info
 from posx.variants import long_label, short_label
 from posx.variants import matches as variant_matches
 
@@ -60,8 +62,10 @@ def lower_is_better(metric: str) -> bool:
     return not metric.startswith(("acc", "exact"))
 
 
-def _read_tables(root: Path, name: str) -> list[pd.DataFrame]:
-    frames = []
+def _read_tables(root: Path, name: str) -> tuple[list[pd.DataFrame], list[str]]:
+    """Every run's table ``name`` below ``root``, and a one-line reason per damaged one
+    (unreadable, foreign or newer), which is left out."""
+    frames, damaged = [], []
     for run in find_runs(root):
         path = run / name
         if not path.is_file():
@@ -72,46 +76,63 @@ def _read_tables(root: Path, name: str) -> list[pd.DataFrame]:
                 path, keep_default_na=False, na_values=[""], dtype={"fingerprint": str}
             )
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            raise PosxError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
-        if "schema_version" in frame:
-            version = frame["schema_version"].max()
-            if pd.isna(version) or version > SCHEMA_VERSION:
-                raise PosxError(f"{path} has an unknown schema version ({version}); upgrade posx")
+            damaged.append(f"cannot read {path}: {str(err).splitlines()[0]}")
+            continue
+        problem = table_problem(frame, name)
+        if problem:
+            damaged.append(f"cannot read {path}: {problem}")
+            continue
+        for col in [c for c in INTEGER_COLUMNS if c in frame]:
+            frame[col] = pd.to_numeric(frame[col])  # big integers read as Python ints
         # Run names repeat across sweeps (job numbers restart), so the directory identifies a run.
         frame["run_dir"] = str(run.relative_to(root))
         frames.append(frame)
-    return frames
+    return frames, damaged
+
+
+def _skip(damaged: list[str]) -> None:
+    for why in damaged:
+        warnings.warn(f"skipping: {why}", PosxWarning, stacklevel=3)
 
 
 def load_evals(root: Path) -> pd.DataFrame:
-    """Every ``eval.csv`` row below ``root``, normalised; an error when there are none."""
-    frames = _read_tables(root, "eval.csv")
+    """Every ``eval.csv`` row below ``root``, normalised; a damaged table is skipped with a
+    warning, and when every one is damaged (or there are none) it is an error."""
+    frames, damaged = _read_tables(root, "eval.csv")
+    if not frames and damaged:
+        more = f" (and {len(damaged) - 1} more damaged eval.csv)" if len(damaged) > 1 else ""
+        raise PosxError(f"{damaged[0]}{more}; nothing left to report")
     if not frames:
         raise ConfigError(f"no eval.csv found under {root}; run `posx train` or `posx eval` first")
+    _skip(damaged)
     return attach_configs(normalize(pd.concat(frames, ignore_index=True)), root)
 
 
 def load_positions(root: Path) -> pd.DataFrame | None:
-    """Every ``eval_positions.csv`` row below ``root``, or None when no run has one."""
-    frames = _read_tables(root, "eval_positions.csv")
+    """Every ``eval_positions.csv`` row below ``root`` (damaged ones skipped with a warning),
+    or None when no run has one."""
+    frames, damaged = _read_tables(root, "eval_positions.csv")
+    _skip(damaged)
     if not frames:
         return None
     return attach_configs(normalize(pd.concat(frames, ignore_index=True)), root)
 
 
 def load_training(root: Path) -> pd.DataFrame | None:
-    """Every run's ``metrics.csv`` with its identity from ``run.json``; None when none exist."""
+    """Every run's ``metrics.csv`` with its identity from ``run.json``; None when none exist.
+    A damaged ``metrics.csv`` or ``run.json`` leaves that run's curve out, with a warning."""
+    tables, damaged = _read_tables(root, "metrics.csv")
     frames = []
-    for run in find_runs(root):
-        path = run / "metrics.csv"
-        if not path.is_file():
+    for frame in (f for f in tables if len(f)):
+        try:
+            info = run_info(root / frame["run_dir"].iloc[0])
+        except PosxError as err:
+            damaged.append(str(err))
             continue
-        info = run_info(run)
-        frame = pd.read_csv(path)
         for key in ("encoding", "task", "model", "seed", "train_length"):
             frame[key] = info.get(key)
-        frame["run_dir"] = str(run.relative_to(root))
         frames.append(frame)
+    _skip(damaged)
     return pd.concat(frames, ignore_index=True) if frames else None
 
 

@@ -4,17 +4,24 @@ interrupted run does to the others."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posx.checkpoint import checkpoint_dir, verify_checkpoint
+import torch
+
+from posx.build import build_model, build_positions
+from posx.checkpoint import checkpoint_dir, parameter_shapes, verify_checkpoint
 from posx.config import eval_lengths
+from posx.distributed import pick_device
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.evaluator import evaluate_run
-from posx.results import find_runs, run_config
+from posx.evaluation.data import CACHE_DIR, results_root
+from posx.evaluator import ROW_KEYS, evaluate_run, loadable_config
+from posx.resources import check_eval_fits
+from posx.results import check_writable, find_runs, read_table, run_config, run_info
 from posx.tracking import log_eval_rows
+from posx.trust import UntrustedTarget
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +49,39 @@ class Selection:
 
     runs: list[Path]
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # no checkpoint: fine
-    damaged: list[tuple[Path, str]] = field(default_factory=list)  # damaged: exit 1 at the end
+    # damaged files, a config that does not match its checkpoint, untrusted code: exit 1 at the end
+    damaged: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def select_runs(named: list[Path], root: Path) -> Selection:
+def check_run(run: Path, overrides: list[str], trust: Sequence[str]) -> None:
+    """Everything that can refuse a run before any evaluation: its files, its checkpoint's
+    headers, its config against the checkpoint, the overrides, untrusted targets.
+
+    Raises:
+        ConfigError: Not a run directory, a bad eval-time override, or ``UntrustedTarget``.
+        PosxError: The run's own files are damaged or do not fit each other.
+    """
+    if not run.is_dir():
+        raise ConfigError(f"run directory does not exist: {run}")
+    verify_checkpoint(run)  # no checkpoint is the likeliest problem: it is named first
+    run_config(run)
+    run_info(run)
+    loadable_config(run, overrides, trust)
+    for name in ("eval.csv", "eval_positions.csv"):  # rows will merge into these
+        if (run / name).is_file():
+            read_table(run / name, ROW_KEYS)
+
+
+def select_runs(
+    named: list[Path], root: Path, overrides: Sequence[str] = (), trust: Sequence[str] = ()
+) -> Selection:
     """Named runs must all be evaluable (else an error); without names, every trained run under
-    ``root``, skipping those without a checkpoint and recording those with a damaged one."""
+    ``root``, skipping those without a checkpoint and recording those that are damaged or
+    refused (see :func:`check_run`)."""
     if named:
         for run in named:
-            run_config(run)
-            verify_checkpoint(run)
+            check_run(run, list(overrides), trust)
+        check_outputs(named)
         return Selection(list(named))
     chosen = Selection([])
     for run in find_runs(root):
@@ -60,14 +90,33 @@ def select_runs(named: list[Path], root: Path) -> Selection:
         except PosxError:
             chosen.skipped.append((run, "no checkpoint"))
             continue
+        try:  # this run's own files, e.g. no .hydra/config.yaml
+            run_config(run)
+        except PosxError as err:
+            chosen.damaged.append((run, str(err)))
+            continue
         try:
-            verify_checkpoint(run)
+            check_run(run, list(overrides), trust)
             chosen.runs.append(run)
+        except UntrustedTarget as err:
+            chosen.damaged.append((run, str(err)))
+        except ConfigError:  # a bad override or option: wrong for every run, so stop here
+            raise
         except PosxError as err:
             chosen.damaged.append((run, str(err)))
     if not chosen.runs and not chosen.damaged:
         raise ConfigError(f"no trained runs under {root}; run `posx train` first")
+    check_outputs(chosen.runs)
     return chosen
+
+
+def check_outputs(runs: list[Path]) -> None:
+    """Every place evaluation writes (each run directory, each eval cache) must be writable
+    before the first run is evaluated, not found out after the work is done."""
+    hint = "make it writable, or evaluate a copy of the run"
+    for place in dict.fromkeys([*runs, *(results_root(run) / CACHE_DIR for run in runs)]):
+        what = "eval cache" if place.name == CACHE_DIR else "run directory"
+        check_writable(place, what, hint)
 
 
 def evaluate_runs(
@@ -78,6 +127,8 @@ def evaluate_runs(
     progress: bool = False,
     on_run: Callable[[Path, list[dict[str, Any]]], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    trust: Sequence[str] = (),
+    max_memory: int | None = None,
 ) -> dict[Path, list[dict[str, Any]]]:
     """Evaluates each run at ``lengths`` (default: the run's own ``eval.lengths``).
 
@@ -90,18 +141,26 @@ def evaluate_runs(
         on_run: Called with each run and its rows as soon as it is done.
         on_warning: Called with each warning (a run's tracker could not take its rows);
             default: logged.
+        trust: Module prefixes whose ``_target_`` classes may be built (see :mod:`posx.trust`).
+        max_memory: Bytes an evaluation may use (None: what is available); every run and length
+            is checked against an estimate before the first one starts.
 
     Returns:
         The rows written, per run.
 
     Raises:
+        ConfigError: A run at a length that cannot fit in memory (before any work).
         Interrupted: Ctrl-C; the runs evaluated before it keep their rows.
     """
+    for run in runs:
+        check_eval_memory(run, lengths, overrides, device, max_memory, trust)
     done: dict[Path, list[dict[str, Any]]] = {}
     for run in runs:
         run_lengths = lengths or eval_lengths(run_config(run))
         try:
-            rows = evaluate_run(run, run_lengths, overrides, device=device, progress=progress)
+            rows = evaluate_run(
+                run, run_lengths, overrides, device=device, progress=progress, trust=trust
+            )
         except KeyboardInterrupt as err:
             raise Interrupted(
                 f"interrupted while evaluating {run.name}, no rows written for it; "
@@ -123,3 +182,29 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
         for r in rows
         if r["status"] == "failed"
     ]
+
+
+def check_eval_memory(
+    run: Path,
+    lengths: list[int] | None,
+    overrides: list[str],
+    device: str,
+    max_memory: int | None,
+    trust: Sequence[str] = (),
+) -> None:
+    """Refuses a length of ``run`` whose evaluation cannot fit in memory, estimated from the
+    run's config and its checkpoint's header with the model on the ``meta`` device."""
+    cfg = loadable_config(run, overrides, trust)
+    shapes = parameter_shapes(run)
+    head = shapes.get("head.weight") or shapes.get("tok.weight")  # [vocab, d_model]
+    if not head:
+        raise PosxError(f"checkpoint in {run} has no head.weight: not a posx model")
+    vocab = head[0]
+    with torch.device("meta"):
+        model = build_model(cfg, vocab)
+    hint = (
+        "evaluate shorter lengths, lower eval.batch_tokens (as key=value), or pass "
+        "--max-memory SIZE"
+    )
+    check_eval_fits(cfg, model, build_positions(cfg), lengths or eval_lengths(cfg),
+                    pick_device(device), max_memory, f"evaluating {run.name}", hint)  # fmt: skip

@@ -4,6 +4,7 @@ exit code 2 instead of half-way through a sweep."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -12,11 +13,14 @@ from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig
 
 from posx.build import build_model, build_positions, build_task
-from posx.config import check_group_value, compose, one_line, validate
+from posx.config import check_group_value, compose, eval_lengths, one_line, validate
 from posx.config_path import user_config_dirs
-from posx.errors import ConfigError
+from posx.distributed import pick_device
+from posx.errors import ConfigError, PosxError
+from posx.resources import ModelShape, check_eval_fits, check_fits, parse_size, train_step_bytes
 from posx.results import check_writable
 from posx.tracking import check_loggers
+from posx.trust import check_trusted
 
 # Hydra's command-line flags that take a value (``-m``/``--multirun`` and friends take none).
 # Hydra has no public API for its argument parser, so this mirrors ``hydra --help``.
@@ -71,12 +75,17 @@ def split_args(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def check_overrides(
-    overrides: list[str], build: bool = True, dirs: list[Path] | None = None
+    overrides: list[str],
+    build: bool = True,
+    dirs: list[Path] | None = None,
+    trust: Sequence[str] | None = None,
 ) -> None:
     """Composes, validates and (with ``build``) instantiates every value of every override.
 
     Each value of each sweep is checked at least once, the other overrides at their first value.
     ``dirs`` are the user's config dirs (default: from ``POSX_CONFIG_PATH``).
+    With ``trust`` (overrides read from a run directory, not typed by the user), a ``_target_``
+    that is neither posx's nor under a trusted prefix is refused before anything is built.
     """
     dirs = user_config_dirs() if dirs is None else dirs
     try:
@@ -84,9 +93,12 @@ def check_overrides(
     except OverrideParseException as err:
         raise ConfigError(f"bad override: {one_line(err)}") from err
     options: list[list[str]] = []
+    hydra_overrides = []  # hydra/launcher=..., hydra.job.chdir=...: checked once, below
     for o in parsed:
         key = o.get_key_element()
         if key.lstrip("+~").startswith("hydra"):
+            if not o.is_sweep_override():
+                hydra_overrides.append(o.input_line)
             continue
         try:
             values = (
@@ -103,10 +115,14 @@ def check_overrides(
     for i, opts in enumerate(options):
         for v in opts[1:]:
             combos.add(tuple(v if j == i else o[0] for j, o in enumerate(options)))
+    if hydra_overrides:  # e.g. an unknown launcher: one line here instead of Hydra's report
+        compose([*min(combos), *hydra_overrides], dirs, hydra_node=True)
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
         cfg = compose(list(combo), dirs)
         validate(cfg)
         check_loggers(cfg)  # a tracker that is not installed: one line, before any run starts
+        if trust is not None:
+            check_trusted(cfg, trust, "the run's overrides")
         if build:
             check_buildable(cfg)
 
@@ -116,7 +132,30 @@ def check_buildable(cfg: DictConfig) -> None:
     batch, so that what cannot train fails before any run directory exists."""
     check_writable(Path(cfg.root))
     task = build_task(cfg)
+    check_memory(cfg, task.vocab_size)  # before anything sized by the config exists
     model = build_model(cfg, task.vocab_size)
     build_positions(cfg).check(model.encoding, cfg.train.length)
     # one tiny batch: a length too short for the task fails here
     task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
+
+
+def check_memory(cfg: DictConfig, vocab_size: int) -> None:
+    """Refuses a training step, or an evaluation at the end of training, that cannot fit in
+    ``train.max_memory`` (or the memory available), from the model's shape on the ``meta``
+    device: nothing is allocated."""
+    try:
+        device = pick_device(cfg.train.device)
+    except PosxError:  # e.g. no CUDA: the job itself reports it
+        return
+    limit = parse_size(cfg.train.max_memory, "train.max_memory")
+    with torch.device("meta"):
+        model = build_model(cfg, vocab_size)
+    t = cfg.train
+    hint = "lower train.length or train.batch_size (or set train.max_memory=SIZE)"
+    need = train_step_bytes(ModelShape.of(model, device), t.batch_size, t.length)
+    check_fits(need, f"a training step (batch {t.batch_size} x length {t.length})", device,
+               limit, hint)  # fmt: skip
+    if t.eval_at_end:
+        hint = "lower eval.lengths or eval.batch_tokens (or set train.max_memory=SIZE)"
+        check_eval_fits(cfg, model, build_positions(cfg), eval_lengths(cfg), device, limit,
+                        "evaluating after training", hint)  # fmt: skip

@@ -168,3 +168,17 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, text):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench: error:") and text in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+def test_eval_phase_alone(tmp_path):
+    proc = run(
+        "--models", "tiny", "--encodings", "nope,shaw", "--phases", "eval",
+        "--eval-rounds", "1", "--length", "16", "--batch", "2", "--eval-factors", "2",
+        "--sample-seconds", "0.001", "--threads", "1", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = pd.read_csv(tmp_path / "bench.csv")
+    assert set(data.phase) == {"eval"} and set(data.length) == {32}
+    assert set(data.variant) == {"reference", "posx/nope", "posx/shaw"}
+    bad = run("--phases", "train,test")
+    assert bad.returncode == 2 and "--phases" in bad.stderr

@@ -87,3 +87,23 @@ def test_parameter_versions_change_with_an_optimizer_step():
     layer(torch.ones(1, 2)).sum().backward()
     torch.optim.SGD(layer.parameters(), lr=0.1).step()
     assert parameter_versions(layer) != before
+
+
+def test_a_cycle_larger_than_the_budget_keeps_the_part_that_fits():
+    """Attention asks for the same blocks in every layer: with room for two of three, evicting
+    the least recently used one would miss every time; the memo keeps two and hits them."""
+    get, calls = counting(PositionMemo(max_elements=10))
+    for _ in range(4):
+        for key in "abc":
+            get(key, torch.arange(4))
+    # the first cycle computes all three, then only the one that does not fit
+    assert calls == ["a", "b", "c", "a", "a", "a"]
+
+
+def test_entries_of_a_finished_cycle_make_room_for_a_new_one():
+    get, calls = counting(PositionMemo(max_elements=10))
+    for key in ("a", "b", "a", "b"):
+        get(key, torch.arange(4))
+    for key in ("x", "y", "x", "y"):  # another length: a and b are not asked for again
+        get(key, torch.arange(5))
+    assert calls == ["a", "b", "x", "y"]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from posx.encodings.transformer_xl import TransformerXL, xl_sinusoid
+from posx.encodings.transformer_xl import TransformerXL, distance_span, xl_sinusoid
 
 H, D, R, S = 2, 4, 6, 6
 
@@ -82,3 +82,33 @@ def test_shared_and_untied_uv():
     assert sum(p.numel() for p in shared.parameters()) == 2 * H * D + 3 * H * D * 8
     with pytest.raises(ValueError, match="even"):
         TransformerXL(n_heads=H, head_dim=D, d_model=8, n_layers=1, r_dim=5)
+
+
+@pytest.mark.parametrize(
+    "pos",
+    [torch.arange(S), torch.tensor([0, 3, 4, 9, 10, 20]), torch.tensor([[5, 6, 8, 9, 30, 31]] * 2)],
+)
+def test_integer_positions_take_the_distance_table_with_the_same_result(pos):
+    """Integer positions read (b) + (d) from a table of distances; the feature route (any
+    positions) gives the same scores."""
+    gen = torch.Generator().manual_seed(2)
+    enc = TransformerXL(n_heads=H, head_dim=D, d_model=H * D, n_layers=1, r_dim=R, block_size=4)
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    q, k, v = (torch.randn(2, H, S, D, generator=gen) for _ in range(3))
+    assert distance_span(pos, pos) is not None
+    u, vb = enc.u[0].unsqueeze(1), enc.v[0].unsqueeze(1)
+    with torch.no_grad():
+        table = enc.attend(q, k, v, pos, pos)
+        feature = enc._feature_attend(q, k, v, pos, pos, u, vb, enc.layers[0].w_r)
+    torch.testing.assert_close(table, feature, atol=1e-5, rtol=1e-5)
+
+
+def test_distance_span():
+    assert distance_span(torch.arange(5), torch.arange(5)) == (0, 4)
+    shuffled = torch.tensor([3, 0, 7, 1])  # visible pairs j <= i: distances -7..6
+    assert distance_span(shuffled, shuffled) == (-6, 7 - 0)
+    assert distance_span(torch.arange(5) * 1.5, torch.arange(5) * 1.5) is None  # fractional
+    assert distance_span(torch.arange(5) * 2.0, torch.arange(5) * 2.0) == (0, 8)
+    assert distance_span(torch.arange(5) * 1000, torch.arange(5) * 1000) is None  # too sparse

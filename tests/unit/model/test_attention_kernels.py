@@ -23,11 +23,13 @@ import torch.nn.functional as F
 
 from posx.build import build_encoding, build_model
 from posx.config import CONFIG_DIR, compose
+from posx.encodings import blocked
 from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE, PositionalEncoding
+from posx.encodings.blocked import query_block
 from posx.encodings.fire import FIRE
 from posx.model import attention
-from posx.model.attention import KERNELS, blocked_bias_attention, choose_kernel, query_block
+from posx.model.attention import KERNELS, blocked_bias_attention, choose_kernel
 from posx.model.flex import (
     FLEX_AVAILABLE,
     distance_table,
@@ -333,7 +335,7 @@ def test_the_model_runs_flex_attention_on_the_cpu_when_asked():
 
 
 def test_query_block_keeps_one_block_under_the_budget():
-    budget = attention.MAX_BLOCK_ELEMENTS
+    budget = blocked.MAX_BLOCK_ELEMENTS
     assert query_block(256, 8, 4, 64) == 256  # short sequences: the configured block
     for keys in (4096, 16384, 32768, 10**6):
         block = query_block(256, 1, 4, keys)
@@ -343,7 +345,7 @@ def test_query_block_keeps_one_block_under_the_budget():
 
 def test_no_block_exceeds_the_budget_at_long_lengths(monkeypatch):
     """With a small budget, a long sequence's largest bias stays within it: memory linear in s."""
-    monkeypatch.setattr(attention, "MAX_BLOCK_ELEMENTS", 4 * 8 * 64)  # 8 queries x 64 keys
+    monkeypatch.setattr(blocked, "MAX_BLOCK_ELEMENTS", 4 * 8 * 64)  # 8 queries x 64 keys
     enc, sizes = ALiBi(4), []
 
     def spy(qp, kp):

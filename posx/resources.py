@@ -1,0 +1,257 @@
+"""Memory a training step or an evaluation batch will need, estimated before anything is
+allocated, and the check that refuses what cannot fit.
+
+``train.length=1000000000`` asks for hundreds of GB (a learned table of 10^9 rows, batches of
+10^9 tokens); allocating first and failing later can take the machine down. The estimates count
+the large terms (weights and optimizer state, the data, activations per token, attention
+scores) from the model's shape, which a model built on the ``meta`` device gives without
+allocating. They aim to be at or above what is measured (docs/reliability.md), since they only
+need to tell what fits from what cannot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from posx.errors import ConfigError
+from posx.evaluation.protocol import resolve_protocol
+from posx.model.attention import choose_kernel
+from posx.model.transformer import TransformerLM
+from posx.positions import PositionStrategy
+from posx.tasks.text import sequences_for
+
+FLOAT = 4  # bytes: float32 activations (bf16 autocast on CUDA only makes them smaller)
+INDEX = 8  # bytes: int64 token ids and positions
+# Bytes per data token: inputs and targets (int64) and the mask (bool), times the temporaries a
+# task's generator holds while it builds them (about 3x for copy and text).
+DATA_BYTES = (2 * INDEX + 1) * 3
+# What the process needs besides the tensors counted (kernels' scratch, allocator slack).
+RUNTIME = 128 * 2**20
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimates need to know about a model (a ``meta`` one will do).
+
+    Attributes:
+        params: Parameters (the encoding's included).
+        d_model, n_layers, n_heads, d_ff: The Transformer's sizes.
+        vocab: Vocabulary size (the logits' width).
+        attend: The encoding computes attention itself (query-blocked score matrices).
+        bias: The encoding adds an attention bias that runs query-blocked (bias matrices).
+        learned_bias: Its attention bias has trainable parameters, so training keeps every
+            block's scores for the backward pass.
+        block: Queries per attention block on the blocked paths (0: all at once).
+        score_bytes: What the encoding keeps per attention score and layer in training.
+        block_score_bytes: What one query block needs per attention score in evaluation.
+    """
+
+    params: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    vocab: int
+    attend: bool
+    bias: bool
+    learned_bias: bool
+    block: int
+    score_bytes: int
+    block_score_bytes: int
+
+    @classmethod
+    def of(cls, model: TransformerLM, device: torch.device | None = None) -> ModelShape:
+        """The shape of ``model`` as it will run on ``device`` (on CUDA a bias runs fused in
+        FlexAttention, which keeps no score matrices)."""
+        first, enc = model.blocks[0], model.encoding
+        block = first.attn.block_size
+        blocked_bias = enc.has_bias and not flex_enabled(model, device or torch.device("cpu"))
+        return cls(
+            params=model.num_parameters(),
+            d_model=model.d_model,
+            n_layers=len(model.blocks),
+            n_heads=first.attn.n_heads,
+            d_ff=first.fc.out_features,
+            vocab=model.head.out_features,
+            attend=enc.has_attend,
+            bias=blocked_bias,
+            learned_bias=blocked_bias and any(p.requires_grad for p in enc.parameters()),
+            # An encoding with its own attention may use its own blocks (None: none at all).
+            block=int(getattr(enc, "block_size", block) or 0),
+            score_bytes=enc.score_bytes,
+            block_score_bytes=enc.block_score_bytes,
+        )
+
+
+def flex_enabled(model: TransformerLM, device: torch.device) -> bool:
+    """Whether ``model``'s bias runs in FlexAttention on ``device`` (no score matrices kept),
+    as :func:`posx.model.attention.choose_kernel` decides for a training step (with gradients:
+    the estimate then never counts on a kernel evaluation alone would get)."""
+    kernel = choose_kernel(model.encoding, device, model.attention_kernel, True, False)
+    return kernel == "flex"
+
+
+def _scores(shape: ModelShape, windows: int, width: int, training: bool) -> int:
+    """Attention score memory. Training with the encoding's own attention or a trainable bias
+    keeps every block's scores, ``[b, h, s, s] / 2`` per layer, for the backward pass; otherwise
+    one ``[b, h, block, keys]`` block lives at a time."""
+    if shape.attend or shape.learned_bias:
+        if training:
+            pairs = windows * shape.n_heads * width * (width + 1) // 2
+            return pairs * shape.n_layers * shape.score_bytes
+        block = windows * shape.n_heads * min(shape.block or width, width) * width
+        return block * shape.block_score_bytes
+    if shape.bias:  # a fixed bias: blocks kept under 2^22 elements (posx.model.attention)
+        return min(2**22, windows * shape.n_heads * width * width) * 3 * FLOAT
+    return 0  # fused causal attention: memory linear in the length
+
+
+def train_step_bytes(shape: ModelShape, batch: int, length: int) -> int:
+    """Memory of one training step: weights, gradients and AdamW's two moments, one batch of
+    data, the activations autograd keeps, and attention scores."""
+    tokens = batch * length
+    per_token = FLOAT * (
+        3 * shape.d_model
+        + shape.n_layers * (13 * shape.d_model + 2 * shape.d_ff)  # what each block keeps
+        + 4 * shape.vocab  # logits, their float copy, log-softmax, gradient
+    )
+    state = 4 * FLOAT * shape.params
+    tokens_bytes = tokens * (DATA_BYTES + INDEX + per_token)
+    return RUNTIME + state + tokens_bytes + _scores(shape, batch, length, True)
+
+
+def eval_bytes(
+    shape: ModelShape, length: int, sequences: int, window: int, batch_tokens: int
+) -> int:
+    """Memory of evaluating at ``length``: the weights, the held-out set (``sequences`` x
+    ``length``) and its sums per position, and one forward pass of ``window``-token windows
+    (``max(1, batch_tokens // window)`` at a time; nothing kept for backward)."""
+    windows = max(1, batch_tokens // window)
+    tokens = windows * window
+    per_token = FLOAT * (8 * shape.d_model + 2 * shape.d_ff + 4 * shape.vocab) + 3 * INDEX
+    data = sequences * length * DATA_BYTES + length * 3 * INDEX
+    forward = tokens * per_token + _scores(shape, windows, window, False)
+    return RUNTIME + FLOAT * shape.params + data + forward
+
+
+def parse_size(text: str | int | None, what: str) -> int | None:
+    """``12G``, ``512MiB``, ``1.5GB`` or a number of bytes -> bytes (binary units); None stays.
+
+    Raises:
+        ConfigError: Anything else.
+    """
+    if text is None or text == "":
+        return None
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not found or float(found[1]) <= 0:
+        raise ConfigError(f"{what} must be a size such as 8G, 512M or 1.5T, got {text!r}")
+    return int(float(found[1]) * _UNITS[found[2].lower()])
+
+
+def available_bytes(device: torch.device) -> tuple[int, str] | None:
+    """Memory free for this process on ``device``, and how to say it (``the 20.1 GiB available``);
+    None when it cannot be told (then only an explicit limit is checked)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free), f"the {gib(free)} free on {device}"
+    if device.type != "cpu":
+        return None
+    found = []
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        meminfo = Path("/proc/meminfo").read_text()
+        free = int(re.search(r"MemAvailable:\s+(\d+)", meminfo)[1]) * 1024
+        found.append((free, f"the {gib(free)} available"))
+    room = _cgroup_room()
+    if room is not None:
+        found.append((room, f"the {gib(room)} left under this cgroup's memory limit"))
+    return min(found) if found else None
+
+
+def _cgroup_room() -> int | None:
+    """Bytes left under the cgroup's memory limit (v2, else v1), or None without a limit."""
+    v1 = "/sys/fs/cgroup/memory/memory."
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (v1 + "limit_in_bytes", v1 + "usage_in_bytes"),
+    ):
+        with contextlib.suppress(OSError, ValueError):
+            limit = Path(limit_file).read_text().strip()
+            if limit == "max" or int(limit) >= 2**60:  # v1 writes a huge number for "none"
+                return None
+            return max(0, int(limit) - int(Path(usage_file).read_text()))
+    return None
+
+
+def gib(n: int) -> str:
+    """Bytes for people: ``152.7 MiB``, ``21.0 GiB``, ``346.8 TiB``."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30)):
+        if n >= size / 4:
+            return f"{n / size:.1f} {unit}"
+    return f"{n / 2**20:.1f} MiB"
+
+
+def check_fits(need: int, what: str, device: torch.device, limit: int | None, hint: str) -> None:
+    """Refuses ``need`` bytes when they exceed ``limit`` (an explicit setting) or, without
+    one, the memory available on ``device``.
+
+    Args:
+        need: Estimated bytes.
+        what: What needs them, e.g. ``a training step (batch 32 x length 10^9)``.
+        device: Where they would be allocated.
+        limit: An explicit limit in bytes (``--max-memory``, ``train.max_memory``), or None.
+        hint: What the user can change, e.g. ``lower train.length``.
+
+    Raises:
+        ConfigError: One line with the estimate and the limit.
+    """
+    if limit is not None:
+        room, where = limit, f"the limit of {gib(limit)} you set"
+    else:
+        found = available_bytes(device)
+        if found is None:
+            return
+        room, where = found
+    if need > room:
+        raise ConfigError(f"{what} needs about {gib(need)} of memory, more than {where}; {hint}")
+
+
+def check_eval_fits(
+    cfg: DictConfig,
+    model: TransformerLM,
+    strategy: PositionStrategy,
+    lengths: list[int],
+    device: torch.device,
+    limit: int | None,
+    what: str,
+    hint: str,
+) -> None:
+    """Refuses the first eval length whose memory (:func:`eval_bytes`) cannot fit; lengths the
+    encoding or position strategy does not support are skipped (they allocate nothing).
+
+    Args:
+        cfg: The run's config (``eval.*`` and ``train.length`` are read).
+        model: The run's model, typically built on the ``meta`` device.
+        strategy: The run's position strategy.
+        lengths: Eval lengths.
+        device: Where evaluation runs.
+        limit: An explicit limit in bytes, or None for the memory available.
+        what: Who is evaluated, e.g. ``evaluating RUN``.
+        hint: What the user can change.
+    """
+    shape, e = ModelShape.of(model, device), cfg.eval
+    for length in lengths:
+        proto = resolve_protocol(e.mode, length, e.window, e.stride, cfg.train.length)
+        if model.encoding.unsupported_reason(proto.window) or strategy.unsupported_reason(
+            proto.window
+        ):
+            continue
+        need = eval_bytes(shape, length, sequences_for(e.tokens, length), proto.window,
+                          e.batch_tokens)  # fmt: skip
+        check_fits(need, f"{what} at length {length}", device, limit, hint)
