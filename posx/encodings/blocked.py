@@ -127,7 +127,10 @@ def blocked_attend(
     far_keys = far() if far is not None and fused_lse_available(v.device) else None
     far_from = [0] * len(starts) if far_keys is None else _far_starts(far_keys, starts, step, s)
     outputs = []
-    for i0, j0 in zip(starts, far_from, strict=True):
+    # Last block first: its temporaries are the largest (most keys), so each later block fits
+    # in memory the allocator already holds; growing blocks would each take fresh, larger
+    # chunks while the C heap keeps the freed smaller ones (RSS several times the live tensors).
+    for i0, j0 in reversed(list(zip(starts, far_from, strict=True))):
         i1 = min(s, i0 + step)
         logits, ctx = scores_fn(i0, i1, j0)
         logits = logits.float() + future_bias(i0, i1, v.device, j0)
@@ -144,7 +147,7 @@ def blocked_attend(
         if value_fn is not None:
             near = near + value_fn(probs, ctx).float()
         outputs.append(_merge(near, near_lse, *_far_part(far_keys, v, i0, i1, j0)).to(v.dtype))
-    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
 
 
 def _flash_lse(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
