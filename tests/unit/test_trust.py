@@ -96,3 +96,13 @@ def test_trust_comes_from_options_and_the_environment(monkeypatch):
     monkeypatch.setenv("POSX_TRUST", "not valid")
     with pytest.raises(ConfigError, match="got 'not valid'"):
         trusted_prefixes()
+
+
+def test_eval_time_overrides_are_the_users_own():
+    cfg = OmegaConf.create({"encoding": {"_target_": "mypkg.enc.Mine"}})
+    with pytest.raises(ConfigError) as err:
+        check_trusted(cfg, (), "eval-time overrides", recorded=None)
+    assert str(err.value) == (
+        "eval-time overrides: encoding _target_ 'mypkg.enc.Mine' is not posx code; if you trust "
+        "it, pass --trust mypkg.enc.Mine or set POSX_TRUST=mypkg.enc.Mine"
+    )
