@@ -192,7 +192,7 @@ def _cgroup_room() -> int | None:
 def gib(n: int) -> str:
     """Bytes for people: ``152.7 MiB``, ``21.0 GiB``, ``346.8 TiB``."""
     for unit, size in (("TiB", 2**40), ("GiB", 2**30)):
-        if n >= size / 4:
+        if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n / 2**20:.1f} MiB"
 

@@ -149,35 +149,42 @@ def check_trusted(
     cfg: DictConfig,
     prefixes: Sequence[str],
     source: str,
-    recorded: Sequence[str] = (),
+    recorded: Sequence[str] | None = (),
 ) -> None:
     """Refuses a config with a ``_target_`` that is neither posx's nor trusted.
 
     Args:
         cfg: The config about to be built.
         prefixes: What the user trusts (:func:`trusted_prefixes`).
-        source: The file the config came from, for the message.
+        source: Where the config came from, for the message (a run's file, or eval-time
+            overrides).
         recorded: The run's ``needs_trust`` from ``run.json``: it words the message, and
-            grants nothing.
+            grants nothing. ``None``: the config is the user's own (eval-time overrides).
 
     Raises:
-        ConfigError: One line naming the target and how to allow it.
+        UntrustedTarget: One line naming the target and how to allow it.
     """
     for where, target in config_targets(cfg):
         if is_trusted(target, prefixes):
             continue
-        shown = OmegaConf.to_yaml(target).strip() if OmegaConf.is_config(target) else target
         if not isinstance(target, str):
+            shown = OmegaConf.to_yaml(target).strip() if OmegaConf.is_config(target) else target
             raise UntrustedTarget(f"{source}: _target_ of {where} is not a dotted path: {shown!r}")
-        allow = next((p for p in recorded if _under(target, p)), None)
-        why = (
-            f"the run was trained with it and needs --trust {allow}"
-            if allow
-            else "its training did not record it (was the config edited?)"
-        )
+        allow = next((p for p in recorded or () if _under(target, p)), None)
+        if recorded is None:
+            why = "is not posx code"
+        elif allow:
+            why = (
+                "is not posx code, and a run directory cannot ask to run code: the run was "
+                f"trained with it and needs --trust {allow}"
+            )
+        else:
+            why = (
+                "is not posx code, and a run directory cannot ask to run code: its training "
+                "did not record it (was the config edited?)"
+            )
         allow = allow or target
         raise UntrustedTarget(
-            f"{source}: {where} _target_ {target!r} is not posx code, and a run directory "
-            f"cannot ask to run code: {why}; if you trust it, pass --trust {allow} or set "
-            f"{ENV}={allow}"
+            f"{source}: {where} _target_ {target!r} {why}; if you trust it, pass --trust "
+            f"{allow} or set {ENV}={allow}"
         )

@@ -58,9 +58,10 @@ def test_ctrl_c_during_eval_changes_no_table(cli, tiny_overrides, tmp_path):
     assert not list(run.glob(".*.tmp"))
 
 
-def interrupt_at(monkeypatch, step: int, times: int) -> None:
-    """Sends this process ``times`` SIGINTs while the loss of ``step`` is computed (as a user
-    pressing Ctrl-C; the handler runs at once, in the main thread, as in a terminal)."""
+def interrupt_at(monkeypatch, step: int, times: int, signum: int = signal.SIGINT) -> None:
+    """Sends this process ``times`` SIGINTs (or ``signum``) while the loss of ``step`` is
+    computed (as a user pressing Ctrl-C; the handler runs at once, in the main thread, as in a
+    terminal)."""
     import posx.trainer
 
     real, calls = posx.trainer.masked_loss, []
@@ -69,7 +70,7 @@ def interrupt_at(monkeypatch, step: int, times: int) -> None:
         calls.append(1)
         if len(calls) == step:
             for _ in range(times):
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signum)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(posx.trainer, "masked_loss", loss_then_interrupt)
@@ -89,6 +90,20 @@ def test_ctrl_c_during_training_checkpoints_and_exits_130(
     assert info["status"] == "interrupted" and info["step"] == 7
     assert json.loads((run / "checkpoint" / "trainer.json").read_text())["step"] == 7
     assert not (run / "eval.csv").exists()  # resumable: test_resume.py resumes bit-identically
+
+
+def test_sigterm_during_training_checkpoints_like_ctrl_c(
+    cli, tiny_overrides, tmp_path, monkeypatch
+):
+    """SLURM sends SIGTERM before it kills a job: the run saves a checkpoint and can resume."""
+    interrupt_at(monkeypatch, step=4, times=1, signum=signal.SIGTERM)
+    out = cli("train", *tiny_overrides)
+    (run,) = [p.parent for p in tmp_path.rglob("run.json")]
+    assert out.returncode == 130, out.stderr
+    assert out.stderr.strip() == (
+        f"posx: interrupted at step 4; checkpoint saved; run: posx resume {run}"
+    )
+    assert json.loads((run / "checkpoint" / "trainer.json").read_text())["step"] == 4
 
 
 def test_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(

@@ -112,3 +112,13 @@ def test_targets_in_the_users_config_dirs_are_trusted_exactly(tmp_path, monkeypa
     assert not is_trusted("json.JSONEncoder", trusted_prefixes(dirs=[mine]))
     with pytest.raises(ConfigError, match="'json.JSONDecoder' is not posx code"):
         check_trusted(cfg, trusted_prefixes(dirs=[]), "RUN/.hydra/config.yaml")
+
+
+def test_eval_time_overrides_are_the_users_own():
+    cfg = OmegaConf.create({"encoding": {"_target_": "mypkg.enc.Mine"}})
+    with pytest.raises(ConfigError) as err:
+        check_trusted(cfg, (), "eval-time overrides", recorded=None)
+    assert str(err.value) == (
+        "eval-time overrides: encoding _target_ 'mypkg.enc.Mine' is not posx code; if you trust "
+        "it, pass --trust mypkg.enc.Mine or set POSX_TRUST=mypkg.enc.Mine"
+    )
