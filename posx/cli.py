@@ -244,11 +244,26 @@ def report(
     rank: bool = typer.Option(
         None,
         "--rank/--no-rank",
-        help="Mean-reciprocal-rank table across tasks (default: when 2+ tasks); with "
-        "--format csv, write the ranking instead of the cells.",
+        help="Mean-reciprocal-rank table across tasks (default: when 2+ tasks): learned runs "
+        "only, ties share their average rank, a task where no run is above chance carries no "
+        "rank, 'tasks' = tasks a run was ranked in; with --format csv, write the ranking "
+        "instead of the cells.",
     ),
     rank_lengths: str = typer.Option(
         "ood", "--rank-lengths", help="Rank on 'ood' (past the training length) or 'all' lengths."
+    ),
+    learned: float = typer.Option(
+        0.5,  # posx.report.chance.LEARNED (not imported: the CLI loads pandas lazily)
+        "--learned",
+        help="A run whose exact match (above chance: (em - chance) / (1 - chance)) or other "
+        "accuracy at its training length is below this is marked 'not learned': shown, but "
+        "left out of the ranking. 0 = off.",
+    ),
+    learned_loss: float = typer.Option(
+        None,
+        "--learned-loss",
+        help="The same for lower-is-better metrics (loss, bpb, ppl): a run above this at its "
+        "training length is 'not learned' (default: off).",
     ),
     ratio: bool = typer.Option(
         True,
@@ -292,6 +307,8 @@ def report(
         digits,
         ratio,
         where=where,
+        learned=learned,
+        learned_loss=learned_loss,
     )
     for warning in result.warnings:
         err_console.print(f"posx: warning: {warning}", markup=False, style="yellow")

@@ -90,6 +90,8 @@ def evaluate_length(
     row = metrics(tally, task, time.perf_counter() - start, task.text_bytes(data))
     row.update(peak_mem_mb=mem.peak_mb, mem_delta_mb=mem.delta_mb)
     row.update(precision=precision_name(ecfg.precision, device))
+    # The report measures exact match above this; it never rebuilds the task to learn it.
+    row.update(chance=task.chance(data) if task.exact_match else math.nan)
     row.update(task.sequence_metrics(data, tally.exact))  # e.g. passkey's accuracy by depth
     return row, bucket_rows(tally, ecfg.buckets)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from posx.errors import ConfigError
+from posx.report.chance import LEARNED, check_thresholds, unknown_chance
 from posx.report.configs import drop_duplicate_runs, parse_where
 from posx.report.configs import where as where_rows
 from posx.report.data import load_evals, load_positions, load_training, metric_by_task, select
@@ -63,6 +64,7 @@ class Report:
     training: pd.DataFrame | None = None
     by: list[str] = field(default_factory=list)
     rank_lengths: str = "ood"
+    learned: float = LEARNED
     digits: int = 3
     ratio: bool = True
     figures: Plots | None = None  # drawn on first use, shared by --plot and the HTML page
@@ -84,6 +86,8 @@ def make_report(
     digits: int = 3,
     ratio: bool = True,
     where: Sequence[str] | None = None,
+    learned: float = LEARNED,
+    learned_loss: float | None = None,
 ) -> Report:
     """Loads, filters and summarises every result below ``root``.
 
@@ -103,7 +107,12 @@ def make_report(
         ratio: Show each cell's metric relative to the same run at its training length.
         where: ``KEY=VALUE`` filters on any config key or eval column
             (``model.d_model=128``); all must hold.
+        learned: A row whose accuracy-like metric at its training length (above chance) is
+            below this is marked ``not learned`` and left out of the ranking; 0 = off.
+        learned_loss: The same for lower-is-better metrics (loss, bpb): marked when above
+            this; None = off.
     """
+    check_thresholds(learned, learned_loss)
     if rank_lengths not in RANK_LENGTHS:
         raise ConfigError(f"unknown --rank-lengths {rank_lengths!r}; choose from ood, all")
     if not 0 <= digits <= 10:
@@ -122,8 +131,10 @@ def make_report(
             f"differ in config cannot be told apart: {', '.join(unsaved[:3])}"
             + (" ..." if len(unsaved) > 3 else "")
         )
+    old = unknown_chance(frame)
+    warnings += [old] if old else []
     frame, remarks = label_rows(frame, by_cols)
-    summary = summarize(frame, metric, by_cols)
+    summary = summarize(frame, metric, by_cols, learned, learned_loss)
     tables = pivot(summary, by_cols, remarks)
     show_rank = rank if rank is not None else frame["task"].nunique() > 1
     runs = set(frame["run_dir"])
@@ -146,6 +157,7 @@ def make_report(
         training=training,
         by=by_cols,
         rank_lengths=rank_lengths,
+        learned=learned,
         digits=digits,
         ratio=ratio,
         warnings=warnings,

@@ -16,7 +16,7 @@ REQUIRED = {
 }  # fmt: skip
 INTEGER_COLUMNS = ("schema_version", "train_length", "eval_length", "seed", "bucket_start",
                    "bucket_end", "step", "window", "stride")  # fmt: skip
-NUMBER_COLUMNS = ("loss", "ppl", "bpb", "acc", "exact_match", "tokens")
+NUMBER_COLUMNS = ("loss", "ppl", "bpb", "acc", "exact_match", "tokens", "chance")
 INT64_MAX = 2**63 - 1
 
 

@@ -52,6 +52,7 @@ NOT_METRICS = {
     "bucket_start",
     "bucket_end",
     "run_time",
+    "chance",  # the task's chance level: a property of the eval set, not a measurement
 }
 
 

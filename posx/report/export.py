@@ -14,26 +14,50 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from posx.report.tables import WideTable, cell_parts, title
+from posx.report.chance import NOT_LEARNED
+from posx.report.tables import WideTable, cell_parts, row_label, title
 
 LEGEND = (
     "mean ± std over seeds in the unit of the table's title (n = distinct seeds); L = eval "
     "length in tokens; ×r = the cell's value over the same run's value at its training length "
     "(same metric, 1.00 = unchanged); best per column in bold"
 )
+UNLEARNED_NOTE = (
+    "not learned = below --learned at its own training length (exact match above chance, or "
+    "the loss of --learned-loss): shown, but not bold and not ranked"
+)
+
+
+def legend(tables: list[WideTable]) -> str:
+    """The legend under the tables; it explains ``not learned`` where a row is marked so."""
+    marked = any(t.not_learned for t in tables)
+    return f"{LEGEND}; {UNLEARNED_NOTE}" if marked else LEGEND
 
 
 def rank_title(which: str) -> str:
     lengths = "eval lengths past training" if which == "ood" else "all eval lengths"
-    return f"Ranking across tasks: mean reciprocal rank (ranks on {lengths})"
+    return (
+        f"Ranking across tasks: mean reciprocal rank over the tasks ranked in (ranks on "
+        f"{lengths}; ties share the average rank; runs not learned and tasks where no run is "
+        f"above chance carry no rank)"
+    )
+
+
+def _rank_value(x: object) -> str:
+    """A rank (``2``, ``2.5``), the reason for none (``not learned``), or ``—`` (not run)."""
+    if isinstance(x, str):
+        return x
+    if pd.isna(x):
+        return "—"
+    return f"{float(x):g}"
 
 
 def _rank_cells(rank: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    header = ["encoding", "MRR", "tasks", *rank.columns[3:]]
+    header = ["encoding", "MRR", "tasks ranked", *rank.columns[3:]]
     rows = []
     for rec in rank.itertuples(index=False):
-        ranks = ["—" if pd.isna(x) else str(int(x)) for x in rec[3:]]
-        rows.append([str(rec.variant), f"{rec.mrr:.3f}", str(rec.tasks), *ranks])
+        mrr = "—" if pd.isna(rec.mrr) else f"{rec.mrr:.3f}"
+        rows.append([str(rec.variant), mrr, str(rec.tasks), *map(_rank_value, rec[3:])])
     return header, rows
 
 
@@ -60,7 +84,10 @@ def to_rich(
         for length in t.lengths:
             table.add_column(f"L={length}", justify="right")
         for row in t.rows:
-            cells = [Text(row), Text(str(t.n[row]))]
+            label = Text(row)
+            if row in t.not_learned:  # on its own line: the label column never wraps
+                label.append(f"\n{NOT_LEARNED}", style="italic")
+            cells = [label, Text(str(t.n[row]))]
             for length in t.lengths:
                 value, extra, fewer, note = cell_parts(t, row, length, digits, ratio)
                 best = t.cell(row, length).best
@@ -72,7 +99,7 @@ def to_rich(
                 if fewer:
                     text.append(f" ({fewer})", style="yellow")
                 cells.append(text)
-            table.add_row(*cells)
+            table.add_row(*cells, style="dim" if row in t.not_learned else None)
         out.append(table)
     if rank is not None and len(rank):
         header, rows = _rank_cells(rank)
@@ -86,7 +113,7 @@ def to_rich(
             table.add_row(*(Text(c) for c in cells))
         out.append(table)
     if tables:
-        out.append(Text(LEGEND, style="dim"))
+        out.append(Text(legend(tables), style="dim"))
     return out
 
 
@@ -130,7 +157,11 @@ def to_markdown(
     for t in tables:
         header = ["encoding", "n", *(f"L={x}" for x in t.lengths)]
         rows = [
-            [row, str(t.n[row]), *(md_cell(t, row, x, digits, ratio) for x in t.lengths)]
+            [
+                row_label(t, row),
+                str(t.n[row]),
+                *(md_cell(t, row, x, digits, ratio) for x in t.lengths),
+            ]
             for row in t.rows
         ]
         lines = [f"**{title(t.meta)}**", "", *_md_table(header, rows)]
@@ -143,7 +174,7 @@ def to_markdown(
         header, rows = _rank_cells(rank)
         parts.append("\n".join([f"**{rank_title(which)}**", "", *_md_table(header, rows)]))
     if tables:
-        parts.append(f"_{LEGEND}._")
+        parts.append(f"_{legend(tables)}._")
     return "\n\n".join(parts) + "\n"
 
 
@@ -211,7 +242,7 @@ def to_latex(
         header = ["encoding", "$n$", *(f"$L={x}$" for x in t.lengths)]
         rows = [
             [
-                tex_escape(row),
+                tex_escape(row_label(t, row)),
                 str(t.n[row]),
                 *(tex_cell(t, row, x, digits, ratio) for x in t.lengths),
             ]
@@ -220,7 +251,7 @@ def to_latex(
         lines = [
             r"\begin{table}[t]",
             r"\centering",
-            rf"\caption{{{tex_escape(title(t.meta))}. {tex_escape(LEGEND)}.}}",
+            rf"\caption{{{tex_escape(title(t.meta))}. {tex_escape(legend([t]))}.}}",
             *_tex_tabular(header, rows),
         ]
         if t.notes:

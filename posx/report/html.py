@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from posx.report.export import LEGEND, _rank_cells, rank_title
+from posx.report.export import _rank_cells, legend, rank_title
 from posx.report.plots import slug
 from posx.report.provenance import Provenance, link
-from posx.report.tables import WideTable, cell_parts, title
+from posx.report.tables import WideTable, cell_parts, row_label, title
 
 STYLE = """
 * { box-sizing: border-box; }
@@ -32,6 +32,7 @@ th, td { padding: .25em .7em; border-bottom: 1px solid #ddd; text-align: right;
          white-space: nowrap; }
 th { border-bottom: 2px solid #444; } td:first-child, th:first-child { text-align: left; }
 td.best { font-weight: bold; background: #e6f4e6; } td.none { color: #888; font-style: italic; }
+tr.unlearned td { color: #999; } tr.unlearned td:first-child { font-style: italic; }
 .ratio { color: #0b6e99; font-size: .85em; } .few { color: #a66d00; font-size: .85em; }
 .notes { color: #555; font-size: .85em; margin: 0 0 1em 0; padding-left: 1.2em; }
 .plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(440px, 100%), 1fr));
@@ -152,14 +153,16 @@ def to_html(
     body = [f"<h1>{escape(heading)}</h1>"]
     if origin is not None:
         body.append(_header(origin))
-    body.append(f'<p class="legend">{escape(LEGEND)}.</p>')
+    body.append(f'<p class="legend">{escape(legend(tables))}.</p>')
     shown: set[str] = set()
     for i, t in enumerate(tables, 1):
         header = ["encoding", "n", *(f"L={x}" for x in t.lengths)]
         rows = []
         for row in t.rows:
             cells = "".join(_cell(t, row, x, digits, ratio) for x in t.lengths)
-            rows.append(f"<tr><td>{escape(row)}</td><td>{t.n[row]}</td>{cells}</tr>")
+            cls = ' class="unlearned"' if row in t.not_learned else ""
+            label = escape(row_label(t, row))
+            rows.append(f"<tr{cls}><td>{label}</td><td>{t.n[row]}</td>{cells}</tr>")
         body.append(f'<section class="result" id="table-{i}">')
         body.append(f"<h2>{escape(title(t.meta))}</h2>")
         body.append(_table(header, rows))

@@ -90,7 +90,9 @@ def value_limits(metric: str) -> tuple[float, float] | None:
 
 def fraction_axis(ax: Any, metric: str) -> None:
     """A y-axis of [0, 1] (with a little room for markers) for a fraction metric."""
-    if is_fraction(metric):
+    if metric.split("/")[0].endswith("above_chance"):
+        ax.set_ylim(top=1.03)  # below chance is negative: let the data set the bottom
+    elif is_fraction(metric):
         ax.set_ylim(-0.03, 1.03)
 
 

@@ -26,7 +26,7 @@ from posx.report.plot_style import (
     log2_positions,
     value_limits,
 )
-from posx.report.tables import WideTable, title
+from posx.report.tables import WideTable, row_label, title
 from posx.report.units import metric_label, unit
 
 Figures = list[tuple[str, Any]]
@@ -70,10 +70,13 @@ def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
         ok = [(x, c) for x, c in cells if c.n]
         color = colors[row]
         missing = [x for x, c in cells if c.status in ("unsupported", "failed")]
-        label = row + (f" (no value at {', '.join(map(str, missing))})" if missing else "")
+        label = row_label(t, row)
+        label += f" (no value at {', '.join(map(str, missing))})" if missing else ""
         xs = [x for x, _ in ok]
         means = [c.mean for _, c in ok]
-        ax.plot(xs, means, marker="o", ms=4, color=color, ls=styles[row], label=label)
+        # A run that did not learn its task stays visible, dotted and faded (not ranked).
+        faded = {"ls": ":", "alpha": 0.45} if row in t.not_learned else {"ls": styles[row]}
+        ax.plot(xs, means, marker="o", ms=4, color=color, label=label, **faded)
         spread = [(x, c.mean, c.std) for x, c in ok if c.n > 1 and not math.isnan(c.std)]
         if spread:
             ax.fill_between(
@@ -125,7 +128,7 @@ def heatmap_figure(t: WideTable, colors: dict[str, str]) -> Any:
                 text = "—" if cell.status == "missing" else cell.status
                 ax.text(j, i, text, ha="center", va="center", fontsize=6, color="0.2")
     ax.set_xticks(range(len(t.lengths)), [str(x) for x in t.lengths])
-    ax.set_yticks(range(len(t.rows)), t.rows, fontsize=7)
+    ax.set_yticks(range(len(t.rows)), [row_label(t, r) for r in t.rows], fontsize=7)
     for tick, row in zip(ax.get_yticklabels(), t.rows, strict=True):
         tick.set_color(colors[row])
     ax.set_xlabel("eval length (tokens)")

@@ -1,11 +1,16 @@
 """Ranking across tasks by mean reciprocal rank, the aggregate of Kazemnejad et al. (2023).
 
 Each table (a task at one model size, training length and mode) is one scenario. Within it,
-every row gets a score, the mean of its metric over the ranked eval lengths (by default those
-past the training length), and rows are ranked by score (ties share the best rank: 1, 2, 2, 4).
-A row that has no value at some ranked length (unsupported, failed, not run) ranks below every
-row that has them all. The mean reciprocal rank of a row is ``mean(1 / rank)`` over the
-scenarios it appears in; ``tasks`` says how many that is.
+every row that learned the task (:mod:`posx.report.chance`; the others are shown as ``not
+learned`` and left out) gets a score, the mean of its metric over the ranked eval lengths (by
+default those past the training length), and rows are ranked by score; tied scores share their
+average rank (1, 2.5, 2.5, 4), so a tie neither rewards nor punishes. A row that has no value at
+some ranked length (unsupported, failed, not run) ranks below every row that has them all.
+
+A scenario of an accuracy-like metric where no ranked row is above chance (exact match 0, or
+within noise of the task's chance level) at any ranked length carries no rank: ordering noise
+would say nothing. The mean reciprocal rank of a row is ``mean(1 / rank)`` over the scenarios it
+was ranked in; ``tasks`` says how many that is.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from collections import Counter
 import pandas as pd
 
 from posx.errors import ConfigError
+from posx.report.chance import NOT_LEARNED, is_accuracy
 from posx.report.data import lower_is_better
 from posx.report.tables import WideTable
 
 RANK_LENGTHS = ("ood", "all")
+AT_CHANCE = "at chance"  # a scenario where no ranked row is above chance (or 0) carries no rank
 
 
 def ranked_lengths(table: WideTable, which: str = "ood") -> list[int]:
@@ -35,23 +42,40 @@ def ranked_lengths(table: WideTable, which: str = "ood") -> list[int]:
 
 
 def scenario_scores(table: WideTable, which: str = "ood") -> pd.Series:
-    """Each row's mean metric over the ranked lengths; ±inf (worst) when one is missing."""
+    """Each ranked row's mean metric over the ranked lengths; ±inf (worst) when one is missing.
+
+    Rows that did not learn their task (``table.not_learned``) are left out.
+    """
     lower = lower_is_better(table.metric.split("/")[0])
     worst = math.inf if lower else -math.inf
     lengths = ranked_lengths(table, which)
     scores = {}
-    for row in table.rows:
+    for row in (r for r in table.rows if r not in table.not_learned):
         values = [table.cell(row, x).mean if table.cell(row, x).n else worst for x in lengths]
         scores[row] = worst if worst in values else sum(values) / len(values)
     return pd.Series(scores, dtype=float)
 
 
+def at_chance(table: WideTable, which: str = "ood") -> bool:
+    """Whether no ranked row of an accuracy-like table is above chance (or zero) on the ranked
+    lengths: such a column tells the rows apart only by noise, so it carries no rank."""
+    if not is_accuracy(table.metric):
+        return False
+    lengths = ranked_lengths(table, which)
+    for row in (r for r in table.rows if r not in table.not_learned):
+        cells = [table.cell(row, x) for x in lengths]
+        if any(c.n and c.mean > c.margin for c in cells):
+            return False
+    return True
+
+
 def scenario_ranks(table: WideTable, which: str = "ood") -> pd.Series:
-    """Competition ranks (1 = best) of the table's rows."""
+    """Ranks (1 = best) of the table's learned rows; ties share their average rank (1, 2.5,
+    2.5, 4). Empty when the column is at chance (``at_chance``)."""
+    if at_chance(table, which):
+        return pd.Series(dtype=float)
     scores = scenario_scores(table, which)
-    return scores.rank(method="min", ascending=lower_is_better(table.metric.split("/")[0])).astype(
-        int
-    )
+    return scores.rank(method="average", ascending=lower_is_better(table.metric.split("/")[0]))
 
 
 def scenario_names(tables: list[WideTable]) -> list[str]:
@@ -78,22 +102,35 @@ def rank_table(tables: list[WideTable], which: str = "ood") -> pd.DataFrame:
     """Rows sorted by mean reciprocal rank, with the rank in every scenario beside it.
 
     Returns:
-        Columns ``variant``, ``mrr``, ``tasks`` (scenarios the row appears in) and one column
-        per scenario holding the row's rank there (``<NA>`` where it was not run).
+        Columns ``variant``, ``mrr`` (NaN for a row ranked nowhere), ``tasks`` (scenarios the
+        row was ranked in: the MRR's denominator) and one column per scenario holding the row's
+        rank there (a float: ties share an average rank), ``not learned``, ``at chance`` (no
+        row of that scenario was above chance) or ``<NA>`` where it was not run.
     """
     if not tables:
         return pd.DataFrame(columns=["variant", "mrr", "tasks"])
     names = scenario_names(tables)
     ranks = pd.DataFrame(
-        {name: scenario_ranks(t, which) for name, t in zip(names, tables, strict=True)}
+        {name: scenario_ranks(t, which) for name, t in zip(names, tables, strict=True)},
+        index=sorted({r for t in tables for r in t.rows}),
+        dtype=float,
     )
-    ranks = ranks.astype("Int64")
+    shown = ranks.astype(object)
+    for name, t in zip(names, tables, strict=True):
+        for row in t.rows:
+            if row in t.not_learned:
+                shown.loc[row, name] = NOT_LEARNED
+            elif pd.isna(ranks.loc[row, name]):
+                shown.loc[row, name] = AT_CHANCE
+    shown = shown.where(shown.notna(), pd.NA)
     out = pd.DataFrame(
         {
             "variant": ranks.index,
-            "mrr": (1.0 / ranks.astype(float)).mean(axis=1, skipna=True).to_numpy(),
+            "mrr": (1.0 / ranks).mean(axis=1, skipna=True).to_numpy(),
             "tasks": ranks.notna().sum(axis=1).to_numpy(),
         }
     )
-    out = pd.concat([out, ranks.reset_index(drop=True)], axis=1)
-    return out.sort_values(["mrr", "variant"], ascending=[False, True]).reset_index(drop=True)
+    out = pd.concat([out, shown.reset_index(drop=True)], axis=1)
+    return out.sort_values(
+        ["mrr", "variant"], ascending=[False, True], na_position="last"
+    ).reset_index(drop=True)

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from posx.errors import PosxError
+from posx.report.chance import LEARNED, NOT_LEARNED, above_chance, learned_rows
 from posx.report.data import IDENTITY, add_ratio, lower_is_better, metric_by_task, normalize
 from posx.report.labels import Remarks, label_rows, table_keys
 from posx.report.units import metric_label
@@ -27,18 +28,33 @@ def row_keys(by: Sequence[str]) -> list[str]:
     return [*IDENTITY, "label", "variant", "encoding", "overrides", "fingerprint", *seed]
 
 
-def summarize(frame: pd.DataFrame, metric: str = "auto", by: Sequence[str] = ()) -> pd.DataFrame:
+def summarize(
+    frame: pd.DataFrame,
+    metric: str = "auto",
+    by: Sequence[str] = (),
+    learned: float = LEARNED,
+    learned_loss: float | None = None,
+) -> pd.DataFrame:
     """Long table: mean, std (ddof 1) and n over seeds per (identity, variant, eval length).
+
+    Exact match of a task with a chance level is shown above chance, and rows that did not
+    learn their task at the training length are marked (:mod:`posx.report.chance`).
 
     Args:
         frame: Eval rows (``load_evals``); normalised here when needed.
         metric: A metric column or ``auto`` (picked per task, see ``metric_by_task``).
         by: Columns shown side by side in one table (decides which cells compete for best).
+        learned: Least value at the training length of an accuracy-like metric (above chance)
+            for a row to count as learned; 0 = every row.
+        learned_loss: Most value at the training length of a lower-is-better metric; None =
+            every row.
 
     Returns:
         One row per cell with ``label``, ``metric``, ``mean``, ``std``, ``n`` (distinct seeds
         with a value), ``ratio_mean``/``ratio_std`` (the metric relative to the same run at its
-        training length), ``status``/``reason`` (``ok``, or why no seed has a value), ``best``.
+        training length), ``status``/``reason`` (``ok``, or why no seed has a value),
+        ``margin`` (how far above chance a mean may lie and still be at chance), ``learned``
+        and ``best`` (best of the column among learned rows).
 
     Raises:
         PosxError: When one seed of one configuration has two values for a cell (duplicate
@@ -56,6 +72,7 @@ def summarize(frame: pd.DataFrame, metric: str = "auto", by: Sequence[str] = ())
     for name in set(metrics.values()) & set(frame.columns):
         where = frame["metric"] == name
         frame.loc[where, "value"] = frame.loc[where, name].astype(float)
+    frame = above_chance(frame)
     frame = add_ratio(frame, "value")  # ×r is a ratio of the metric the table shows
     keys = [*row_keys(by), "metric", "eval_length"]
     ok = frame[(frame["status"] == "ok") & frame["value"].notna()]
@@ -73,6 +90,7 @@ def summarize(frame: pd.DataFrame, metric: str = "auto", by: Sequence[str] = ())
         n=("seed", "nunique"),
         ratio_mean=("ratio", "mean"),
         ratio_std=("ratio", "std"),
+        margin=("margin", "mean"),
     )
     bad = (
         frame[frame["status"] != "ok"]
@@ -84,14 +102,17 @@ def summarize(frame: pd.DataFrame, metric: str = "auto", by: Sequence[str] = ())
     out.loc[out["n"] > 0, ["status", "reason"]] = ["ok", ""]
     out["status"] = out["status"].fillna("ok")
     out["reason"] = out["reason"].fillna("")
+    out["margin"] = out["margin"].fillna(0.0)
+    out["learned"] = learned_rows(out, row_keys(by), learned, learned_loss)
     out["best"] = _best(out, by)
     return out.sort_values(keys).reset_index(drop=True)
 
 
 def _best(out: pd.DataFrame, by: Sequence[str]) -> pd.Series:
-    """True where a cell has the best mean of its column (ties all marked; >= 2 contenders)."""
+    """True where a cell has the best mean of its column among learned rows (ties all marked;
+    >= 2 contenders)."""
     best = pd.Series(False, index=out.index)
-    for _, col in out[out["n"] > 0].groupby([*table_keys(by), "eval_length"]):
+    for _, col in out[(out["n"] > 0) & out["learned"]].groupby([*table_keys(by), "eval_length"]):
         if len(col) < 2:
             continue
         top = col["mean"].min() if lower_is_better(col["metric"].iloc[0]) else col["mean"].max()
@@ -112,6 +133,7 @@ class Cell:
     reason: str = ""
     best: bool = False
     note: int = 0  # 1-based index into WideTable.notes; 0 = no note
+    margin: float = 0.0  # a mean up to this far above chance is at chance (chance.above_chance)
 
 
 @dataclass
@@ -127,6 +149,7 @@ class WideTable:
     cells: dict[tuple[str, int], Cell]
     notes: list[str] = field(default_factory=list)
     remarks: list[str] = field(default_factory=list)  # unnumbered lines under the table
+    not_learned: set[str] = field(default_factory=set)  # rows below --learned at training length
 
     @property
     def metric(self) -> str:
@@ -166,9 +189,11 @@ def pivot(
                 table.encodings[label] = str(rec.encoding)
                 table.train_lengths[label] = int(rec.train_length)
             table.n[label] = max(table.n.get(label, 0), int(rec.n))
+            if not rec.learned:
+                table.not_learned.add(label)
             cell = Cell(
                 rec.mean, rec.std, int(rec.n), rec.ratio_mean, rec.ratio_std,
-                rec.status, rec.reason, bool(rec.best),
+                rec.status, rec.reason, bool(rec.best), margin=float(rec.margin),
             )  # fmt: skip
             if cell.n == 0:
                 text = f"{cell.status}: {cell.reason}" if cell.reason else cell.status
@@ -178,6 +203,11 @@ def pivot(
         table.remarks = list((remarks or {}).get(key, []))
         tables.append(table)
     return tables
+
+
+def row_label(table: WideTable, row: str) -> str:
+    """The row's label as tables show it: ``nope (not learned)`` when it did not learn."""
+    return f"{row} ({NOT_LEARNED})" if row in table.not_learned else row
 
 
 def title(meta: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ UNITS = {
     "ppl": "perplexity, e^loss",
     "acc": "fraction of scored tokens",
     "exact_match": "fraction of sequences",
+    "exact_match_above_chance": "(exact match − chance) / (1 − chance); 0 = chance, 1 = all",
     "seconds": "s",
     "tokens_per_s": "tokens/s",
     "forward_tokens": "tokens",
@@ -26,7 +27,8 @@ UNITS = {
     "mem_delta_mb": "MiB",
 }
 NAMES = {"loss": "loss", "bpb": "bits per byte", "ppl": "perplexity", "acc": "token accuracy",
-         "exact_match": "exact match"}  # fmt: skip
+         "exact_match": "exact match",
+         "exact_match_above_chance": "exact match above chance"}  # fmt: skip
 
 
 def unit(metric: str) -> str:

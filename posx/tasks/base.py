@@ -61,6 +61,14 @@ class Task(ABC):
         """Facts about the data worth recording with a run (corpus size, length mapping)."""
         return {}
 
+    def chance(self, data: Batch) -> float:
+        """Exact match a guess that ignores the prompt scores on ``data`` (``[n, s]`` tensors).
+
+        The report measures exact match above this level and calls a run that scores no more
+        than it unlearned. 0.0 by default (answers too many to guess).
+        """
+        return 0.0
+
     def sequence_metrics(self, data: Batch, correct: Tensor) -> dict[str, float]:
         """Extra per-length metrics from per-sequence exact match (e.g. accuracy by depth).
 

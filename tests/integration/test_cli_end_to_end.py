@@ -62,7 +62,9 @@ def test_train_eval_report(posx, tiny_overrides, tmp_path):
     assert set(table["variant"]) == {"alibi", "alibi+eval.seed=7"}
     assert (table["n"] == 1).all()
     md = posx("report", "--root", str(tmp_path), "--format", "md", check=True).stdout
-    assert "| alibi |" in md and "L=64" in md
+    assert "| alibi (not learned) |" in md and "L=64" in md  # 30 steps do not learn copy
+    md = posx("report", "--root", str(tmp_path), "--format", "md", "--learned", "0").stdout
+    assert "| alibi |" in md
 
     # resuming a finished run says so, and draws no progress bar
     before = (run / "run.json").read_text()

@@ -159,3 +159,10 @@ def test_old_run_configs_get_the_new_eval_defaults(tmp_path):
         "log",
     )
     assert cfg.eval.tokens == 8
+
+
+def test_rows_record_the_tasks_chance_level(tmp_path):
+    run, model, task, cfg = make_run(tmp_path, "encoding=nope")
+    task.chance = lambda data: 0.25  # copy's own is 0.0; the row must carry the task's value
+    evaluate(run, model, task, cfg, [16, 32])
+    assert pd.read_csv(run / "eval.csv")["chance"].tolist() == [0.25, 0.25]

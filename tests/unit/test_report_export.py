@@ -75,7 +75,7 @@ def test_markdown_parses_back(report):
     assert body["learned"] == ["1", "**0.800**", "unsupported [1]"]
     assert body["rope+scaling.factor=2"] == ["1", "—", "2.000 ×2.00"]
     assert "- [1] unsupported: 50% of the table \\| too long" in text
-    assert ranking[0] == ["encoding", "MRR", "tasks", "copy", "text"]
+    assert ranking[0] == ["encoding", "MRR", "tasks ranked", "copy", "text"]
     assert {r[0]: r[1] for r in ranking[2:]}["alibi"] == "1.000"
     assert text_task[2][0] == "alibi"
 

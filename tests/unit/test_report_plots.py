@@ -88,7 +88,8 @@ def test_without_matplotlib_plots_fail_in_one_line(tmp_path, monkeypatch):
 
 def test_each_variant_has_its_own_colour_and_short_label(tmp_path):
     make_exact_tree(tmp_path, LOG_BUCKETS)
-    figs = dict(report_figures(make_report(tmp_path, variants=["all"])))
+    # exact match 0 everywhere: learned=0 keeps the labels plain (not learned has its own test)
+    figs = dict(report_figures(make_report(tmp_path, variants=["all"], learned=0)))
     length = figs["length_copy_tiny_L16_full_exact_match"].axes[0]
     colours = {
         ln.get_label(): to_hex(ln.get_color()) for ln in length.lines if ln.get_label()[0] != "_"

@@ -12,9 +12,9 @@ from posx.report.rank import rank_table, ranked_lengths, scenario_names
 from posx.report.tables import pivot, summarize
 
 
-def row(task, enc, length, value, status="ok"):
+def row(task, enc, length, value, status="ok", **extra):
     ok = status == "ok"
-    metric = "loss" if task == "t1" else "exact_match"
+    metric = "loss" if task.startswith("t1") else "exact_match"
     rec = {
         "run_dir": f"{task}_{enc}",
         "encoding": enc,
@@ -31,7 +31,7 @@ def row(task, enc, length, value, status="ok"):
         "exact_match": math.nan,
     }
     rec[metric] = value if ok else math.nan
-    return rec
+    return {**rec, **extra}
 
 
 ROWS = [
@@ -54,10 +54,15 @@ def tables():
 
 def test_ranks_and_mrr_by_hand():
     got = rank_table(tables()).set_index("variant")
-    # t1 ranks: b 1, a 2, c 2 (tie shares the better rank); t2: a 1, c 2, d 3, b 4
-    assert dict(got["t1"].dropna()) == {"a": 2, "b": 1, "c": 2}
+    # t1 ranks: b 1, a and c tie for 2nd and 3rd: 2.5 each; t2: a 1, c 2, d 3, b 4
+    assert dict(got["t1"].dropna()) == {"a": 2.5, "b": 1, "c": 2.5}
     assert dict(got["t2"]) == {"a": 1, "b": 4, "c": 2, "d": 3}
-    expected = {"a": (1 / 2 + 1) / 2, "b": (1 + 1 / 4) / 2, "c": (1 / 2 + 1 / 2) / 2, "d": 1 / 3}
+    expected = {
+        "a": (1 / 2.5 + 1) / 2,
+        "b": (1 + 1 / 4) / 2,
+        "c": (1 / 2.5 + 1 / 2) / 2,
+        "d": 1 / 3,
+    }
     for variant, mrr in expected.items():
         assert got.loc[variant, "mrr"] == pytest.approx(mrr)
     assert dict(got["tasks"]) == {"a": 2, "b": 2, "c": 2, "d": 1}
@@ -85,3 +90,87 @@ def test_scenarios_that_share_a_task_are_told_apart():
     ]
     names = scenario_names(pivot(summarize(pd.DataFrame(rows), "loss")))
     assert names == ["t1 · L=8", "t1 · L=16"]
+
+
+def ranking(rows, **kw):
+    """The rank table of ``(task, encoding, length, value)`` rows (train length 8)."""
+    return rank_table(pivot(summarize(pd.DataFrame(rows), "auto", **kw))).set_index("variant")
+
+
+def test_four_way_ties_share_average_ranks():
+    # past training: a 0.9, b 0.5, c 0.5, d 0.1 -> 1, 2.5, 2.5, 4 (the old code gave 1, 2, 2, 4)
+    past = {"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.1}
+    got = ranking([row("t2", e, x, v) for e in past for x, v in ((8, 1.0), (16, past[e]))])
+    assert dict(got["t2"]) == {"a": 1.0, "b": 2.5, "c": 2.5, "d": 4.0}
+    assert got.loc["b", "mrr"] == pytest.approx(1 / 2.5)
+
+
+def test_a_task_where_every_run_is_at_zero_carries_no_rank():
+    # every run learned t2 (1.0 at length 8) and none extrapolates (0.0 past it)
+    rows = [row("t2", e, x, v) for e in "abc" for x, v in ((8, 1.0), (16, 0.0), (32, 0.0))]
+    got = ranking([*rows, *(row(*r) for r in ROWS if r[0] == "t1")])
+    assert set(got["t2"]) == {"at chance"}
+    assert dict(got["tasks"]) == {"a": 1, "b": 1, "c": 1}  # t1 only
+    assert dict(got["mrr"]) == pytest.approx({"a": 1 / 2.5, "b": 1.0, "c": 1 / 2.5})
+
+
+def test_a_task_where_every_run_is_at_chance_carries_no_rank():
+    # parity: chance 0.5 on 1000 sequences, so ±2 standard errors is ±0.032 exact match
+    above = {"a": 0.51, "b": 0.49, "c": 0.53}
+    rows = [
+        row("t2", e, x, v, chance=0.5, sequences=1000)
+        for e in "abc"
+        for x, v in ((8, 1.0), (16, above[e]), (32, above[e]))
+    ]
+    got = ranking([*rows, *(row(*r) for r in ROWS if r[0] == "t1")])
+    assert set(got["t2"]) == {"at chance"}
+    assert dict(got["tasks"]) == {"a": 1, "b": 1, "c": 1}
+    # one run clearly above chance makes the column count again
+    rows += [
+        row("t2", "d", x, v, chance=0.5, sequences=1000)
+        for x, v in ((8, 1.0), (16, 0.8), (32, 0.7))
+    ]
+    got = ranking(rows)
+    assert got.loc["d", "t2"] == 1.0 and got.loc["d", "tasks"] == 1
+
+
+def test_parity_is_shown_above_chance():
+    rows = [row("t2", "a", x, v, chance=0.5, sequences=100) for x, v in ((8, 0.95), (16, 0.75))]
+    summary = summarize(pd.DataFrame(rows), "auto").set_index("eval_length")
+    assert set(summary["metric"]) == {"exact_match_above_chance"}
+    assert summary.loc[16, "mean"] == pytest.approx((0.75 - 0.5) / (1 - 0.5))
+    assert summary.loc[8, "mean"] == pytest.approx(0.9)
+    assert summary.loc[16, "margin"] == pytest.approx(2 * math.sqrt(0.5 / (0.5 * 100)))
+
+
+def test_a_run_that_did_not_learn_is_shown_but_not_ranked():
+    values = {"a": (0.96, 0.5), "b": (0.89, 0.4), "nope": (0.002, 0.6)}  # nope: 0.2% in domain
+    rows = [row("t2", e, x, vs[x > 8]) for e, vs in values.items() for x in (8, 16)]
+    rows += [row(*r) for r in ROWS if r[0] == "t1"]
+    summary = summarize(pd.DataFrame(rows), "auto")
+    (t1, t2) = pivot(summary)
+    assert t2.not_learned == {"nope"} and t2.rows == ["a", "b", "nope"]  # still in the table
+    assert not summary.loc[summary["variant"] == "nope", "best"].any()  # 0.6 is not "best"
+    got = rank_table([t1, t2]).set_index("variant")
+    assert dict(got["t2"].dropna()) == {"a": 1.0, "b": 2.0, "nope": "not learned"}
+    assert got.loc["nope", "tasks"] == 0 and math.isnan(got.loc["nope", "mrr"])
+    assert list(got.index)[-1] == "nope"  # ranked nowhere: last, but listed
+    # the threshold is an option: at 0.9 b is out too, at 0 everyone is ranked
+    assert ranking(rows, learned=0.9).loc["b", "t2"] == "not learned"
+    assert ranking(rows, learned=0).loc["nope", "t2"] == 1.0
+
+
+def test_loss_threshold_applies_only_when_set():
+    rows = [row(*r) for r in ROWS if r[0] == "t1"]  # loss at length 8: a 1.0, b 1.0, c 0.1
+    assert "not learned" not in set(ranking(rows)["t1"])
+    assert dict(ranking(rows, learned_loss=0.5)["t1"]) == {
+        "a": "not learned", "b": "not learned", "c": 1.0,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("learned", "loss"), [(1.5, None), (-0.1, None), (0.5, 0.0)])
+def test_thresholds_out_of_range_are_errors(tmp_path, learned, loss):
+    from posx.report import make_report
+
+    with pytest.raises(ConfigError, match="--learned"):
+        make_report(tmp_path, learned=learned, learned_loss=loss)

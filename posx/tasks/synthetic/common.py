@@ -164,6 +164,20 @@ class SyntheticTask(Task):
         sizes = torch.full((num_sequences,), self.size_for(length))
         return self.make(sizes, length, eval_generator(seed, length))
 
+    def chance(self, data: Batch) -> float:
+        """The share of ``data``'s sequences whose answer is the most common one.
+
+        That is what the best constant answer scores, e.g. about 0.5 for parity or for Dyck
+        (a little more: random strings are mostly unbalanced). Computed only where every answer
+        is one scored token (its values are few, so the eval set measures their frequencies);
+        an answer of several tokens has so many values that a blind guess scores about 0.
+        """
+        per_sequence = data.mask.sum(1)  # [n] scored tokens per sequence
+        if len(per_sequence) == 0 or not bool((per_sequence == 1).all()):
+            return 0.0
+        answers = data.targets[data.mask]  # [n], one per sequence
+        return int(answers.bincount().max()) / len(answers)
+
     def describe(self) -> dict[str, object]:
         return {
             "length_mapping": self.length_mapping,

@@ -1,0 +1,126 @@
+"""Chance and learning: exact match above chance, and which runs learned their task at all.
+
+A model that has not learned a task at its training length says nothing about extrapolation,
+and a number at the task's chance level says nothing about the encoding. So:
+
+- **Above chance.** Where a task's eval rows record a chance level (``chance``, the exact match
+  of the best prompt-blind answer, written by the evaluator from the task; 0.0 for answers of
+  several tokens) above 0, its exact match is shown as ``(exact_match - chance) / (1 - chance)``:
+  0 = chance, 1 = every sequence right, negative = below chance. Rows without the column (runs
+  evaluated before it existed) count as chance 0, i.e. unchanged.
+- **At chance.** A value of an accuracy-like metric is at chance when it is no more than twice
+  the binomial standard error of chance above it (``2 sqrt(c / ((1 - c) N))`` in above-chance
+  units, N = sequences): exactly 0 where chance is 0.
+- **Learned.** A row learned its task when its value at its own training length reaches
+  ``learned`` (accuracy-like metrics, in above-chance units; default 0.5) or, for lower-is-better
+  metrics, stays at or below ``learned_loss`` (off unless set). A row never evaluated at its
+  training length counts as learned (nothing says otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from posx.errors import ConfigError
+from posx.report.data import lower_is_better
+
+ABOVE_CHANCE = "exact_match_above_chance"
+LEARNED = 0.5  # the default share of the way from chance to perfect at the training length
+NOT_LEARNED = "not learned"
+
+
+def is_accuracy(metric: str) -> bool:
+    """Whether a metric is a fraction right (``acc*``, ``exact*``), where 0 and chance mean
+    nothing learned; losses and timings are not."""
+    return metric.split("/")[0].startswith(("acc", "exact"))
+
+
+def check_thresholds(learned: float, learned_loss: float | None) -> None:
+    """Raises ConfigError naming the option when a threshold is out of range."""
+    if not 0 <= learned <= 1:
+        raise ConfigError(
+            f"--learned must be between 0 and 1 (exact match above chance at the training "
+            f"length; 0 = off), got {learned}"
+        )
+    if learned_loss is not None and not (learned_loss > 0 and math.isfinite(learned_loss)):
+        raise ConfigError(f"--learned-loss must be a positive number, got {learned_loss}")
+
+
+def unknown_chance(frame: pd.DataFrame) -> str | None:
+    """A warning naming the tasks whose exact-match rows record no chance level (evaluated
+    before posx wrote one), or None."""
+    if "exact_match" not in frame:
+        return None
+    chance = frame["chance"] if "chance" in frame else pd.Series(np.nan, index=frame.index)
+    old = frame[(frame["status"] == "ok") & frame["exact_match"].notna() & chance.isna()]
+    if old.empty:
+        return None
+    tasks = ", ".join(sorted(set(old["task"].astype(str))))
+    return (
+        f"{old['run_dir'].nunique()} run(s) of {tasks} have no chance level (evaluated before "
+        "posx recorded one), so their exact match is not measured above chance; run `posx eval` "
+        "on them again to record it"
+    )
+
+
+def above_chance(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rescales ``value`` of exact-match rows to above-chance units, per task, and adds ``margin``.
+
+    Args:
+        frame: Eval rows with ``task``, ``metric`` and ``value`` (and ``chance``, ``sequences``
+            where recorded).
+
+    Returns:
+        The rows, the tasks with a chance level above 0 now in metric ``exact_match_above_chance``;
+        ``margin`` is how far above chance a value may lie and still be at chance.
+    """
+    frame = frame.copy()
+    raw = frame["chance"] if "chance" in frame else pd.Series(np.nan, index=frame.index)
+    chance = pd.to_numeric(raw, errors="coerce")
+    # A hostile or damaged value outside [0, 1) cannot be a chance level: unknown, i.e. 0.
+    chance = chance.where((chance >= 0) & (chance < 1)).fillna(0.0)
+    exact = frame["metric"] == "exact_match"
+    tasks = set(frame.loc[exact & (chance > 0), "task"])
+    rescale = exact & frame["task"].isin(tasks)
+    frame.loc[rescale, "value"] = (frame.loc[rescale, "value"] - chance[rescale]) / (
+        1 - chance[rescale]
+    )
+    frame.loc[rescale, "metric"] = ABOVE_CHANCE
+    raw_n = frame["sequences"] if "sequences" in frame else pd.Series(np.nan, index=frame.index)
+    n = pd.to_numeric(raw_n, errors="coerce")
+    margin = 2 * np.sqrt(chance / ((1 - chance) * n.where(n > 0)))
+    frame["margin"] = margin.where(rescale, 0.0).fillna(0.0)
+    return frame
+
+
+def learned_rows(
+    summary: pd.DataFrame,
+    keys: list[str],
+    learned: float = LEARNED,
+    learned_loss: float | None = None,
+) -> pd.Series:
+    """Whether each summary row's configuration learned its task (see the module docstring).
+
+    Args:
+        summary: ``tables.summarize``'s long table (``metric``, ``mean``, ``n``, ``train_length``,
+            ``eval_length``).
+        keys: Columns that identify one configuration's row of a table.
+        learned: Threshold for accuracy-like metrics (0 = every run counts as learned).
+        learned_loss: Threshold for lower-is-better metrics (None = every run counts).
+
+    Returns:
+        Bool per summary row, aligned with ``summary``.
+    """
+    ident = summary[keys].astype(str).agg("\x1f".join, axis=1)  # one string per configuration
+    home = summary[(summary["eval_length"] == summary["train_length"]) & (summary["n"] > 0)]
+    failed = set()
+    for i, rec in home.iterrows():
+        metric, value = str(rec["metric"]), float(rec["mean"])
+        if is_accuracy(metric) and learned > 0:
+            failed |= {ident[i]} if value < learned else set()
+        elif not is_accuracy(metric) and lower_is_better(metric) and learned_loss is not None:
+            failed |= {ident[i]} if value > learned_loss else set()
+    return ~ident.isin(failed)
