@@ -126,6 +126,13 @@ class PosxConfig:
     # Filled in by posx.compose for posx.train: per labelled group, the chosen yaml's name and
     # the `_target_` it sets (`posx train` reads Hydra's record of the choices instead).
     chosen: Any = None
+    # The preset a run belongs to (configs/experiment/NAME.yaml sets it): `posx check` finds the
+    # preset's claims (configs/claims/NAME.yaml) through it. Recorded in run.json.
+    experiment_name: str = ""
+    # Design values a preset sets for one option of a group it sweeps, read by that option's yaml
+    # through `${oc.select:design.KEY,DEFAULT}` (e.g. T5's max_distance scaled with the training
+    # length): a preset cannot set `encoding.max_distance` for t5 alone while it sweeps encodings.
+    design: Any = field(default_factory=dict)
 
 
 # The typed nodes of a config: their keys are fixed by their dataclass.
@@ -343,6 +350,11 @@ def validate(cfg: DictConfig) -> None:
             f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}"
         )
     validate_protocol(e, t.length)
+    if cfg.get("experiment_name") and not LABEL_RE.fullmatch(str(cfg.experiment_name)):
+        raise ConfigError(
+            f"experiment_name must be letters, digits, '_', '.' or '-' (it names a claims "
+            f"file), got {cfg.experiment_name!r}"
+        )
     if cfg.get("label") and not LABEL_RE.fullmatch(str(cfg.label)):
         raise ConfigError(
             f"label must be letters, digits, '_', '.' or '-' (it names directories), "
