@@ -58,3 +58,9 @@ def test_a_variant_the_encoding_refuses_fails_before_training():
     validate(cfg)
     with pytest.raises(ConfigError, match=r"eval.variants \['encoding.scaling.type=nosuch'\]"):
         check_variants(cfg)
+
+
+def test_the_rope_scaling_preset_asks_for_six_buildable_variants():
+    cfg = compose(["experiment=rope_scaling"])
+    check_variants(cfg)
+    assert len(cfg.eval.variants) == 6 and cfg.experiment_name == "rope_scaling"
