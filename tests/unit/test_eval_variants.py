@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from posx.claims.find import run_experiment
 from posx.config import check_variant_lists, compose, validate
 from posx.errors import ConfigError
 from posx.runs.variants import check_variants
@@ -25,7 +26,8 @@ def test_a_run_evaluates_its_variants_after_training(tmp_path: Path):
     # on the command line an override inside a list is quoted (Hydra's grammar)
     variants = ",".join("[" + ",".join(f"'{o}'" for o in v) + "]" for v in (YARN, LINEAR))
     run_train([*TINY, f"root={tmp_path}", f"hydra.run.dir={tmp_path}/run",
-               f"eval.variants=[{variants}]"])  # fmt: skip
+               f"eval.variants=[{variants}]", "experiment_name=mine"])  # fmt: skip
+    assert run_experiment(tmp_path / "run") == "mine"  # run.json names the preset
     rows = pd.read_csv(tmp_path / "run" / "eval.csv", keep_default_na=False)
     assert sorted(set(rows["overrides"])) == ["", " ".join(sorted(LINEAR)), " ".join(sorted(YARN))]
     assert len(rows) == 6 and set(rows["status"]) == {"ok"}
