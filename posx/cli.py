@@ -210,6 +210,7 @@ def eval_(
 
 @app.command()
 def report(
+    ctx: typer.Context,
     root: Path = typer.Option(
         Path("results"), "--root", help="Results root (every eval.csv below it)."
     ),
@@ -280,6 +281,12 @@ def report(
     plot: Path = typer.Option(
         None, "--plot", help="Write the plots (PNG and SVG) into this directory."
     ),
+    claims: bool = typer.Option(
+        False,
+        "--claims",
+        help="Also check the claims of the presets the runs record (as `posx check ROOT`); "
+        "the exit status is then posx check's.",
+    ),
 ) -> None:
     """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
     length, best per column marked, ranking across tasks; export tables and plots."""
@@ -312,9 +319,20 @@ def report(
     )
     for warning in result.warnings:
         err_console.print(f"posx: warning: {warning}", markup=False, style="yellow")
+    checked = None
+    if claims:
+        from posx.claims.find import check_root
+        from posx.claims.render import claims_section
+
+        checked = check_root(root, config_dirs(ctx))
+        result.sections.append(claims_section(checked.verdicts, checked.notes))
     if kind == "rich" or (output is not None and fmt is None):
         for renderable in rich_renderables(result):
             console.print(renderable)
+        if checked is not None:
+            from posx.claims.render import to_rich
+
+            console.print(to_rich(result.sections[-1]))
     if kind != "rich":
         base = output.parent if output is not None else Path.cwd()
         text = render(result, kind, rank_csv=bool(rank) and kind == "csv", base=base)
@@ -334,6 +352,53 @@ def report(
         console.print(f"wrote {len(paths)} plot files to {plot}/", soft_wrap=True)
         for stem, why in plots.skipped:
             err_console.print(f"posx: no plot {stem}: {why}", markup=False, soft_wrap=True)
+    if checked is not None:
+        _claims_exit(checked.verdicts)
+
+
+def _claims_exit(verdicts: list) -> None:
+    """Ends ``posx check`` / ``posx report --claims`` with the claims' exit status (0 all hold,
+    1 some fail, 3 some inconclusive), saying so on stderr when it is not 0."""
+    from posx.claims.check import exit_code
+    from posx.claims.render import summary
+
+    code = exit_code(verdicts)
+    if code:
+        err_console.print(f"posx: {summary(verdicts)}", markup=False, soft_wrap=True)
+        raise typer.Exit(code)
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    root: Path = typer.Argument(Path("results"), help="Results root (every run below it)."),
+    experiment: str = typer.Option(
+        None,
+        "--experiment",
+        help="Check this preset's claims only, on the runs that record it or record none.",
+    ),
+    fmt: str = typer.Option("rich", "--format", "-f", help="rich or md."),
+    min_seeds: int = typer.Option(3, "--min-seeds", help="Seeds each term needs for a verdict."),
+    agreement: float = typer.Option(
+        0.8, "--agreement", help="Share of seed-level comparisons a verdict needs (0.5-1]."
+    ),
+) -> None:
+    """Check each preset's claims (configs/claims/NAME.yaml) against its runs under ROOT:
+    ✓ holds, ✗ fails or ? inconclusive, with the measured values, seeds and seed agreement.
+    Exit status: 0 every claim holds, 1 some claim fails, 3 none fails but some are
+    inconclusive (2: bad input)."""
+    from posx.claims.find import check_root
+    from posx.claims.render import claims_section, to_markdown, to_rich
+
+    if fmt not in ("rich", "md"):
+        raise ConfigError(f"unknown --format {fmt!r}; choose from rich, md")
+    checked = check_root(root, config_dirs(ctx), experiment, min_seeds, agreement)
+    section = claims_section(checked.verdicts, checked.notes, min_seeds, agreement)
+    if fmt == "md":
+        sys.stdout.write(to_markdown(section))
+    else:
+        console.print(to_rich(section))
+    _claims_exit(checked.verdicts)
 
 
 @app.command("list")

@@ -103,6 +103,10 @@ class EvalConfig:
     stride: int | None = None  # sliding: tokens each window moves on (default window // 2)
     buckets: str = "log"  # per-position loss buckets: log (powers of two) or a width in tokens
     precision: str = "auto"  # as train.precision; every eval row records what it resolved to
+    # Eval-time variants evaluated after training, each a list of `key=value` overrides
+    # (`[[encoding.scaling.type=yarn, encoding.scaling.factor=4]]`): rows as `posx eval RUN
+    # OVERRIDES` writes them, each recording its overrides (posx/runs/variants.py).
+    variants: list[list[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -126,6 +130,13 @@ class PosxConfig:
     # Filled in by posx.compose for posx.train: per labelled group, the chosen yaml's name and
     # the `_target_` it sets (`posx train` reads Hydra's record of the choices instead).
     chosen: Any = None
+    # The preset a run belongs to (configs/experiment/NAME.yaml sets it): `posx check` finds the
+    # preset's claims (configs/claims/NAME.yaml) through it. Recorded in run.json.
+    experiment_name: str = ""
+    # Design values a preset sets for one option of a group it sweeps, read by that option's yaml
+    # through `${oc.select:design.KEY,DEFAULT}` (e.g. T5's max_distance scaled with the training
+    # length): a preset cannot set `encoding.max_distance` for t5 alone while it sweeps encodings.
+    design: Any = field(default_factory=dict)
 
 
 # The typed nodes of a config: their keys are fixed by their dataclass.
@@ -343,6 +354,12 @@ def validate(cfg: DictConfig) -> None:
             f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}"
         )
     validate_protocol(e, t.length)
+    check_variant_lists(list(e.get("variants") or []))
+    if cfg.get("experiment_name") and not LABEL_RE.fullmatch(str(cfg.experiment_name)):
+        raise ConfigError(
+            f"experiment_name must be letters, digits, '_', '.' or '-' (it names a claims "
+            f"file), got {cfg.experiment_name!r}"
+        )
     if cfg.get("label") and not LABEL_RE.fullmatch(str(cfg.label)):
         raise ConfigError(
             f"label must be letters, digits, '_', '.' or '-' (it names directories), "
@@ -363,6 +380,24 @@ def eval_lengths(cfg: DictConfig) -> list[int]:
     if cfg.eval.get("lengths") is not None:
         return [int(x) for x in cfg.eval.lengths]
     return [f * int(cfg.train.length) for f in DEFAULT_EVAL_FACTORS]
+
+
+def check_variant_lists(variants: list[Any]) -> None:
+    """``eval.variants``: lists of ``key=value`` overrides, none of them setting the variants."""
+    for variant in variants:
+        items = list(variant) if not isinstance(variant, str) else [variant]
+        if isinstance(variant, str) or not items:
+            raise ConfigError(
+                f"eval.variants must be lists of key=value overrides, e.g. "
+                f"[[encoding.scaling.type=yarn, encoding.scaling.factor=4]]; got {variant!r}"
+            )
+        for item in items:
+            key = str(item).split("=", 1)[0].lstrip("+~")
+            if "=" not in str(item) or not key or key.startswith(("eval.variants", "hydra")):
+                raise ConfigError(
+                    f"eval.variants entry {str(item)!r} must be a key=value override of the "
+                    "run's config (not of eval.variants or hydra)"
+                )
 
 
 def validate_protocol(e: DictConfig, train_length: int) -> None:

@@ -77,6 +77,7 @@ def run_meta(
         "seed": cfg.seed,
         "train_length": cfg.train.length,
         "steps": cfg.train.steps,
+        "experiment": str(cfg.get("experiment_name") or ""),  # whose claims apply (posx check)
         "task_info": task_info,
         # the whole configuration minus seed and bookkeeping: what `posx report` groups by
         "fingerprint": run_fingerprint(run_dir, cfg),

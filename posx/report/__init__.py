@@ -20,7 +20,7 @@ from posx.report.chance import LEARNED, check_thresholds, unknown_chance
 from posx.report.configs import drop_duplicate_runs, parse_where
 from posx.report.configs import where as where_rows
 from posx.report.data import load_evals, load_positions, load_training, metric_by_task, select
-from posx.report.export import to_csv, to_latex, to_markdown, to_rich
+from posx.report.export import section_markdown, to_csv, to_latex, to_markdown, to_rich
 from posx.report.html import to_html
 from posx.report.labels import label_rows, parse_by
 from posx.report.plot_set import Plots, figures
@@ -28,7 +28,7 @@ from posx.report.plots import render as render_figure
 from posx.report.plots_data import position_values, run_labels
 from posx.report.provenance import provenance
 from posx.report.rank import RANK_LENGTHS, rank_table
-from posx.report.tables import WideTable, pivot, summarize
+from posx.report.tables import Section, WideTable, pivot, summarize
 
 FORMATS = {"rich": "rich", "md": "md", "markdown": "md", "csv": "csv", "latex": "latex",
            "tex": "latex", "html": "html"}  # fmt: skip
@@ -37,6 +37,7 @@ SUFFIXES = {".md": "md", ".markdown": "md", ".csv": "csv", ".tex": "latex", ".ht
 
 __all__ = [
     "Report",
+    "Section",
     "make_report",
     "metric_by_task",
     "output_format",
@@ -71,6 +72,7 @@ class Report:
     warnings: list[str] = field(default_factory=list)  # e.g. duplicate runs; print on stderr
     root: Path | None = None
     rows: pd.DataFrame | None = None  # the labelled eval rows shown (for the provenance)
+    sections: list[Section] = field(default_factory=list)  # e.g. the claims' verdicts
 
 
 def make_report(
@@ -203,7 +205,8 @@ def render(report: Report, fmt: str, rank_csv: bool = False, base: Path | None =
             raise ConfigError("no ranking to write; pass --rank")
         return to_csv(report.rank)
     if fmt == "md":
-        return to_markdown(report.tables, report.rank, **opts)
+        text = to_markdown(report.tables, report.rank, **opts)
+        return "\n".join([text, *(section_markdown(s) for s in report.sections)])
     if fmt == "latex":
         return to_latex(report.tables, report.rank, **opts)
     if fmt == "csv":
@@ -222,6 +225,7 @@ def render(report: Report, fmt: str, rank_csv: bool = False, base: Path | None =
             skipped=plots.skipped,
             origin=origin,
             base=base,
+            sections=report.sections,
         )
     raise ConfigError(f"cannot render format {fmt!r} as text")
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from posx.report.chance import NOT_LEARNED
-from posx.report.tables import WideTable, cell_parts, row_label, title
+from posx.report.tables import Section, WideTable, cell_parts, row_label, title
 
 LEGEND = (
     "mean ± std over seeds in the unit of the table's title (n = distinct seeds); L = eval "
@@ -176,6 +176,14 @@ def to_markdown(
     if tables:
         parts.append(f"_{legend(tables)}._")
     return "\n\n".join(parts) + "\n"
+
+
+def section_markdown(section: Section) -> str:
+    """A :class:`Section` as a bold title, a Markdown table and its notes."""
+    lines = [f"**{_md_escape(section.title)}**", "", *_md_table(section.header, section.rows)]
+    if section.notes:
+        lines += ["", *(f"- {_md_escape(n)}" for n in section.notes)]
+    return "\n".join(lines) + "\n"
 
 
 # --- LaTeX -------------------------------------------------------------------------------------

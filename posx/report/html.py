@@ -16,7 +16,7 @@ import pandas as pd
 from posx.report.export import _rank_cells, legend, rank_title
 from posx.report.plots import slug
 from posx.report.provenance import Provenance, link
-from posx.report.tables import WideTable, cell_parts, row_label, title
+from posx.report.tables import Section, WideTable, cell_parts, row_label, title
 
 STYLE = """
 * { box-sizing: border-box; }
@@ -138,6 +138,7 @@ def to_html(
     skipped: list[tuple[str, str]] | None = None,
     origin: Provenance | None = None,
     base: Path | None = None,
+    sections: list[Section] | None = None,
 ) -> str:
     """The whole report as one HTML document with no external references.
 
@@ -148,6 +149,7 @@ def to_html(
         skipped: (file stem, reason) of plots left out; the reason is shown in their place.
         origin: The provenance header and configuration list, or None to leave them out.
         base: The directory the page is written to (links to configs are relative to it).
+        sections: Plain tables shown after the ranking (the claims' verdicts).
     """
     figures, skipped = list(figures or []), list(skipped or [])
     body = [f"<h1>{escape(heading)}</h1>"]
@@ -194,6 +196,13 @@ def to_html(
         header, cells = _rank_cells(rank)
         rows = ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in cells]
         body += [f"<h2>{escape(rank_title(which))}</h2>", _table(header, rows)]
+    for section in sections or []:
+        rows = [
+            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in section.rows
+        ]
+        body += [f"<h2>{escape(section.title)}</h2>",
+                 _table(section.header, rows, cls="configs")]  # fmt: skip
+        body += [f'<p class="notes">{escape(n)}</p>' for n in section.notes]
     if origin is not None:
         body += _configs(origin, base)
     return (

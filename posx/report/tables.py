@@ -159,6 +159,17 @@ class WideTable:
         return self.cells.get((row, length), Cell())
 
 
+@dataclass
+class Section:
+    """A plain table another part of posx adds to a report (the claims' verdicts): every
+    exporter shows it after the ranking, with its notes under it."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
 def pivot(
     summary: pd.DataFrame, by: Sequence[str] = (), remarks: Remarks | None = None
 ) -> list[WideTable]:

@@ -43,6 +43,7 @@ from posx.results import check_writable, run_info, write_json
 from posx.runs.evaluation import failures
 from posx.runs.messages import next_commands, run_summary, sweep_summary
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
+from posx.runs.variants import check_variants, evaluate_variants
 from posx.sweeps import sweep_status
 from posx.tracking import Trackers, check_loggers, open_trackers
 from posx.trainer import train
@@ -76,8 +77,10 @@ def train_and_evaluate(
             lengths = eval_lengths(cfg)
             log.info(f"evaluating at L={','.join(map(str, lengths))} ({cfg.eval.mode} mode)")
             rows = evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
-            tracked.log_eval(rows)
-            failed = failures(rows)
+            # eval.variants: the same weights under eval-time overrides, one row set each
+            others = evaluate_variants(cfg, run_dir, result.model, result.task, lengths)
+            tracked.log_eval(rows + others)
+            failed = failures(rows + others)
         if w.is_main:
             for line in run_summary(run_dir, result.summary, rows, int(cfg.train.length)):
                 log.info(line)
@@ -106,6 +109,7 @@ def _job(cfg: DictConfig, debug: bool, trust: Sequence[str] | None = None) -> fl
         if trust is not None:
             check_trusted(cfg, trust, "the run's overrides")
         validate(cfg)
+        check_variants(cfg)
         check_loggers(cfg)
         sweep_dir = Path(hc.sweep.dir) if multirun else None
         final_loss = train_and_evaluate(cfg, run_dir, _names(cfg), sweep_dir)["final_loss"]

@@ -109,3 +109,43 @@ def make_issue24_tree(root: Path, chance: bool = True) -> None:
                 for length, value in zip((16, 32, 64), values, strict=True)
             ]
             pd.DataFrame(rows).to_csv(run / "eval.csv", index=False)
+
+
+def make_seed_tree(
+    root: Path,
+    values: dict[str, list[list[float | None]]],
+    experiment: str = "demo_claims",
+    task: str = "text",
+    train_length: int = 16,
+    lengths: tuple[int, ...] = (16, 32, 64),
+) -> None:
+    """Runs with several seeds, for claims: ``values[label][seed][i]`` is the metric (bpb for
+    text, exact_match otherwise) at ``lengths[i]``; None is an unsupported length. A label
+    ``enc+yarn×4`` is written as an eval-time variant (its overrides) of ``enc``'s runs."""
+    metric = "bpb" if task == "text" else "exact_match"
+    for label, seeds in values.items():
+        encoding, _, variant = label.partition("+")
+        overrides = ""
+        if variant:
+            kind, _, factor = variant.partition("×")
+            overrides = f"encoding.scaling.factor={factor} encoding.scaling.type={kind}"
+        for seed, per_length in enumerate(seeds):
+            run = root / "runs" / f"{task}_{encoding}_s{seed}"
+            run.mkdir(parents=True, exist_ok=True)
+            ident = {"schema_version": 1, "run": run.name, "encoding": encoding, "task": task,
+                     "model": "tiny", "seed": seed, "train_length": train_length}  # fmt: skip
+            (run / "run.json").write_text(json.dumps({**ident, "experiment": experiment}))
+            rows = []
+            for length, value in zip(lengths, per_length, strict=True):
+                ok = value is not None
+                rows.append({**ident, "mode": "full", "overrides": overrides,
+                             "eval_length": length, "window": length, "stride": length,
+                             "status": "ok" if ok else "unsupported",
+                             "reason": "" if ok else "too long",
+                             "loss": value if ok else math.nan,
+                             metric: value if ok else math.nan})  # fmt: skip
+            frame = pd.DataFrame(rows)
+            if (run / "eval.csv").is_file():
+                frame = pd.concat([pd.read_csv(run / "eval.csv", keep_default_na=False,
+                                               na_values=[""]), frame])  # fmt: skip
+            frame.to_csv(run / "eval.csv", index=False)

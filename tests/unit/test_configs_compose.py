@@ -91,3 +91,23 @@ def test_every_encoding_trains_every_task_one_step(encoding: str, task: str):
     assert torch.isfinite(loss)
     grads = [p.grad for p in model.parameters() if p.requires_grad]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_alibi_table2_scales_t5_with_the_training_length():
+    """The preset keeps the paper's T5 ratio (max_distance = 1/4 of the training length), and
+    names itself so that `posx check` finds its claims; other encodings are untouched."""
+    cfg = compose(["experiment=alibi_table2", "encoding=t5"])
+    node = OmegaConf.to_container(cfg.encoding, resolve=True)
+    assert node["max_distance"] == cfg.train.length // 4 == 16
+    assert node["num_buckets"] == 16
+    assert cfg.experiment_name == "alibi_table2"
+    default = OmegaConf.to_container(compose(["encoding=t5"]).encoding, resolve=True)
+    assert (default["max_distance"], default["num_buckets"]) == (128, 32)
+    rope = OmegaConf.to_container(compose(["experiment=alibi_table2"]).encoding, resolve=True)
+    assert "max_distance" not in rope
+
+
+def test_experiment_name_must_be_a_plain_name():
+    cfg = compose(["experiment_name=../x"])
+    with pytest.raises(ConfigError, match="experiment_name must be letters"):
+        validate(cfg)

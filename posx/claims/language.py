@@ -1,0 +1,297 @@
+"""The claim language: what a preset says its runs will show, parsed by a small grammar.
+
+A preset ``configs/experiment/NAME.yaml`` declares its claims in ``configs/claims/NAME.yaml``
+(or ``DIR/claims/NAME.yaml`` in a user's config dir)::
+
+    paper: Press et al. 2022, Train Short, Test Long (ALiBi)
+    claims:
+      - id: ordering_4x
+        table: Table 2
+        statement: sinusoidal > rope > t5 >= alibi at 4x by bpb
+        published: {sinusoidal: 132.41, rope: 31.58, t5: 20.41, alibi: 18.41}
+        published_metric: perplexity at 2512 tokens, trained at 512
+        note: why the CPU-scale version may differ
+        paper_scale: the overrides that run it at the paper's scale
+
+A statement is whitespace-separated tokens::
+
+    statement := ["mrr:"] term (op term)+ clause*
+    term      := NUMBER | NAME ["×r" | "xr"]
+    op        := ">" | ">=" | "≥" | "<" | "<=" | "≤"
+    clause    := "at" (Nx | N× | L=N) | "by" METRIC | "on" TASK
+
+NAME is a row label as ``posx report`` shows it (``rope``, ``rope+yarn×4``, ``rope+randomized``;
+``x`` may stand for ``×``). Comparisons are of the metric's values: ``sinusoidal > rope ... by
+bpb`` says sinusoidal's bits per byte are the larger (worse). ``NAME ×r`` is the run's value
+relative to its own value at the training length (the report's ``×r``). ``at 4x`` is four times
+each run's training length (``at L=256`` an absolute length); ``by`` defaults to the report's
+metric for the task; ``on`` names the task when the preset has several. ``mrr:`` compares mean
+reciprocal ranks across every task of the preset (``posx report``'s ranking, on the lengths past
+training), so it takes no ``at``, ``on`` or ``×r``.
+
+Nothing here evaluates text or builds objects: a claims file is YAML of plain values, and a
+statement is split into tokens that must each fit the grammar.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from posx.errors import ConfigError
+
+OPS = {">": ">", ">=": ">=", "≥": ">=", "<": "<", "<=": "<=", "≤": "<="}
+TOKEN = re.compile(r">=|<=|≥|≤|>|<|[^\s<>≥≤]+")
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+×=\-]*")
+NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+FACTOR = re.compile(r"(\d+)[x×]")
+ABSOLUTE = re.compile(r"L=(\d+)")
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+RATIO_MARKS = ("×r", "xr")
+CLAIM_KEYS = ("id", "statement", "table", "published", "published_metric", "note", "paper_scale")
+FILE_KEYS = ("paper", "claims", "note")
+GRAMMAR = (
+    "['mrr:'] TERM (OP TERM)+ ['at' Nx|L=N] ['by' METRIC] ['on' TASK], TERM = NUMBER or "
+    "NAME ['×r'], OP one of > >= ≥ < <= ≤"
+)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One side of a comparison: a row label (its value, or its ``×r`` ratio) or a number."""
+
+    name: str | None = None
+    number: float | None = None
+    ratio: bool = False
+
+    def __str__(self) -> str:
+        if self.name is None:
+            return f"{self.number:g}"
+        return f"{self.name} ×r" if self.ratio else self.name
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A parsed statement: ``terms[i] ops[i] terms[i+1]`` must all hold."""
+
+    text: str
+    terms: tuple[Term, ...]
+    ops: tuple[str, ...]
+    mrr: bool = False
+    factor: int | None = None  # at Nx: N times each run's training length
+    length: int | None = None  # at L=N: an absolute eval length
+    metric: str | None = None  # by METRIC (None: the report's metric for the task)
+    task: str | None = None  # on TASK
+
+    @property
+    def names(self) -> list[str]:
+        return list(dict.fromkeys(t.name for t in self.terms if t.name is not None))
+
+    def where(self) -> str:
+        """``at 4x`` / ``at L=256`` / ``past training`` (mrr)."""
+        if self.mrr:
+            return "past training"
+        return f"at {self.factor}x" if self.factor is not None else f"at L={self.length}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a preset, with what the paper published for it."""
+
+    id: str
+    statement: Statement
+    table: str = ""
+    published: dict[str, Any] = field(default_factory=dict)
+    published_metric: str = ""
+    note: str = ""
+    paper_scale: str = ""
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    """A preset's claims file."""
+
+    experiment: str
+    path: Path
+    paper: str
+    claims: tuple[Claim, ...]
+    note: str = ""
+
+
+class ClaimError(ConfigError):
+    """A claims file or statement that does not fit the language (one line, naming the file)."""
+
+
+def parse_statement(text: str, where: str = "statement") -> Statement:
+    """Parses one statement (see the module docstring).
+
+    Args:
+        text: The statement, e.g. ``sinusoidal > rope > t5 >= alibi at 4x by bpb``.
+        where: What to name in an error (``FILE: claim ID``).
+
+    Raises:
+        ClaimError: One line saying which token does not fit and what is allowed.
+    """
+
+    def bad(what: str) -> ClaimError:
+        return ClaimError(f"{where}: {what} in {text!r}; a statement is {GRAMMAR}")
+
+    tokens = TOKEN.findall(text.strip())
+    mrr = bool(tokens) and tokens[0].lower() in ("mrr:", "mrr")
+    if mrr:
+        tokens = tokens[1:]
+    terms: list[Term] = []
+    ops: list[str] = []
+    i = 0
+    while i < len(tokens) and tokens[i] not in ("at", "by", "on"):
+        token = tokens[i]
+        expect_term = len(terms) == len(ops)
+        if not expect_term:
+            if token not in OPS:
+                raise bad(f"expected a comparison (> >= ≥ < <= ≤) after {terms[-1]}, got {token!r}")
+            ops.append(OPS[token])
+        elif NUMBER.fullmatch(token):
+            terms.append(Term(number=float(token)))
+        elif NAME.fullmatch(token):
+            joined = token.endswith("×r") and len(token) > 2  # `alibi×r` as `alibi ×r`
+            ratio = joined or (i + 1 < len(tokens) and tokens[i + 1] in RATIO_MARKS)
+            terms.append(
+                Term(_canonical(token.removesuffix("×r") if joined else token), ratio=ratio)
+            )
+            i += ratio and not joined
+        else:
+            raise bad(f"{token!r} is neither a row label nor a number")
+        i += 1
+    if len(terms) < 2 or len(terms) == len(ops):
+        raise bad("a statement compares at least two terms (A > B)")
+    if all(t.name is None for t in terms):
+        raise bad("a statement needs at least one row label")
+    for a, b in zip(terms, terms[1:], strict=False):
+        if a.name is None and b.name is None:
+            raise bad(f"{a} and {b} are both numbers")
+    clauses: dict[str, str] = {}
+    rest = tokens[i:]
+    for k in range(0, len(rest), 2):
+        key, value = rest[k], rest[k + 1] if k + 1 < len(rest) else None
+        if key not in ("at", "by", "on"):
+            raise bad(f"unexpected {key!r} (clauses are: at Nx, at L=N, by METRIC, on TASK)")
+        if value is None or key in clauses:
+            raise bad(f"'{key}' needs one value" if value is None else f"'{key}' given twice")
+        clauses[key] = value
+    factor = length = None
+    if "at" in clauses:
+        value = clauses["at"]
+        if FACTOR.fullmatch(value) and int(value[:-1]) >= 1:
+            factor = int(value[:-1])
+        elif ABSOLUTE.fullmatch(value) and int(value[2:]) >= 1:
+            length = int(value[2:])
+        else:
+            raise bad(f"'at {value}': give a multiple of the training length (4x) or L=N")
+    for key in ("by", "on"):
+        if key in clauses and not WORD.fullmatch(clauses[key]):
+            raise bad(f"'{key} {clauses[key]}' is not a metric or task name")
+    if mrr and ("at" in clauses or "on" in clauses or any(t.ratio for t in terms)):
+        raise bad("an mrr: statement ranks every task past training; no 'at', 'on' or '×r'")
+    if not mrr and "at" not in clauses:
+        raise bad("say at which length: 'at 4x' (times the training length) or 'at L=256'")
+    return Statement(text.strip(), tuple(terms), tuple(ops), mrr, factor, length,
+                     clauses.get("by"), clauses.get("on"))  # fmt: skip
+
+
+def _canonical(name: str) -> str:
+    # `rope+yarnx4` is the report's `rope+yarn×4`; an `x` not before a number stays (xpos)
+    return re.sub(r"(?<=[A-Za-z_])x(?=\d)", "×", name)
+
+
+def _text(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ClaimError(f"{what} must be text, got {type(value).__name__}")
+    return str(value)
+
+
+def _published(value: Any, what: str) -> dict[str, Any]:
+    """``{label: number}`` or ``{label: [numbers]}`` (one per published length)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ClaimError(f"{what} must map row labels to numbers or lists of numbers")
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        items = v if isinstance(v, list) else [v]
+        if not items or any(
+            isinstance(x, bool) or not isinstance(x, int | float) or x != x for x in items
+        ):
+            raise ClaimError(f"{what}[{key}] must be a number or a list of numbers, got {v!r}")
+        out[str(key)] = [float(x) for x in items] if isinstance(v, list) else float(v)
+    return out
+
+
+def parse_claims(data: Any, path: Path, experiment: str) -> ClaimsFile:
+    """A claims file's content (plain YAML data) as a :class:`ClaimsFile`.
+
+    Raises:
+        ClaimError: One line naming the file, the claim and what is allowed.
+    """
+    if not isinstance(data, dict):
+        raise ClaimError(f"{path}: a mapping with keys {', '.join(FILE_KEYS)} was expected")
+    unknown = [str(k) for k in data if k not in FILE_KEYS]
+    if unknown:
+        raise ClaimError(f"{path}: unknown key {unknown[0]!r}; allowed: {', '.join(FILE_KEYS)}")
+    items = data.get("claims")
+    if not isinstance(items, list) or not items:
+        raise ClaimError(f"{path}: 'claims' must be a non-empty list of claims")
+    claims: list[Claim] = []
+    for n, item in enumerate(items, 1):
+        where = f"{path}: claim {n}"
+        if not isinstance(item, dict):
+            raise ClaimError(f"{where}: a mapping with keys {', '.join(CLAIM_KEYS)} was expected")
+        ident = item.get("id")
+        if not isinstance(ident, str) or not ID.fullmatch(ident):
+            raise ClaimError(f"{where}: 'id' must be a name (letters, digits, _ . -)")
+        where = f"{path}: claim {ident!r}"
+        unknown = [str(k) for k in item if k not in CLAIM_KEYS]
+        if unknown:
+            raise ClaimError(
+                f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(CLAIM_KEYS)}"
+            )
+        if any(c.id == ident for c in claims):
+            raise ClaimError(f"{where}: the id is used twice")
+        statement = item.get("statement")
+        if not isinstance(statement, str):
+            raise ClaimError(f"{where}: 'statement' must be text, e.g. 'alibi ×r <= 1.02 at 4x'")
+        claims.append(
+            Claim(
+                ident,
+                parse_statement(statement, where),
+                _text(item.get("table"), f"{where}: 'table'"),
+                _published(item.get("published"), f"{where}: 'published'"),
+                _text(item.get("published_metric"), f"{where}: 'published_metric'"),
+                _text(item.get("note"), f"{where}: 'note'"),
+                _text(item.get("paper_scale"), f"{where}: 'paper_scale'"),
+            )
+        )
+    paper = _text(data.get("paper"), f"{path}: 'paper'")
+    if not paper:
+        raise ClaimError(f"{path}: 'paper' must name the paper the claims come from")
+    return ClaimsFile(experiment, path, paper, tuple(claims), _text(data.get("note"), "note"))
+
+
+def load_claims(path: Path, experiment: str | None = None) -> ClaimsFile:
+    """Reads and parses one claims file (``yaml.safe_load``: plain values only).
+
+    Raises:
+        ClaimError: Unreadable, not YAML, or not the language.
+    """
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ClaimError(f"cannot read claims file {path}: {first}") from err
+    return parse_claims(data, path, experiment or path.stem)
