@@ -111,3 +111,39 @@ def test_experiment_name_must_be_a_plain_name():
     cfg = compose(["experiment_name=../x"])
     with pytest.raises(ConfigError, match="experiment_name must be letters"):
         validate(cfg)
+
+
+SYNTHETIC_PRESETS = ["nope_synthetic", "randomized_pe"]
+
+
+def swept_jobs(experiment: str) -> list[list[str]]:
+    """Every job of a preset's sweep but its seeds, as override lists."""
+    params = OmegaConf.load(CONFIG_DIR / "experiment" / f"{experiment}.yaml").hydra.sweeper.params
+    jobs: list[list[str]] = [[]]
+    for key, values in params.items():
+        if key != "seed":
+            jobs = [[*job, f"{key}={v}"] for job in jobs for v in str(values).split(",")]
+    return jobs
+
+
+@pytest.mark.parametrize("experiment", SYNTHETIC_PRESETS)
+def test_every_job_of_a_synthetic_preset_trains_one_step(experiment: str, tmp_path: Path):
+    """Each swept (encoding, task, positions) of the preset composes, fits its lengths and
+    trains one step; its eval lengths span 1x-4x the training length (issue 24)."""
+    jobs = swept_jobs(experiment)
+    assert len(jobs) >= 4
+    for i, job in enumerate(jobs):
+        cfg = compose(
+            [
+                f"experiment={experiment}",
+                *job,
+                "train.steps=1",
+                "train.warmup_steps=1",
+                "train.batch_size=2",
+                f"root={tmp_path}",
+            ]  # fmt: skip
+        )
+        validate(cfg)
+        assert list(cfg.eval.lengths) == [cfg.train.length * k for k in (1, 2, 3, 4)], job
+        result = train(cfg, tmp_path / f"run{i}", {"encoding": "x", "task": "y", "model": "tiny"})
+        assert result.summary["final_loss"] == result.summary["final_loss"], job
