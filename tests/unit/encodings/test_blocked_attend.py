@@ -153,3 +153,20 @@ def test_no_tensor_has_an_s_by_s_footprint_per_head(name, grad, monkeypatch):
     with torch.set_grad_enabled(grad), LargestTensor() as seen:
         enc.attend(q.requires_grad_(grad), k, v, pos, pos)
     assert seen.most < B * H * s * s // 4
+
+
+def test_far_keys_widen_blocks_at_long_lengths(monkeypatch):
+    """With far keys a block's logits cover only its near band, so blocks are sized by the band,
+    not by s: 16x fewer blocks for deberta at 4,096 tokens, same result (issue 18: 4,096
+    blocks of 8 queries per layer at 32k made its memory vary between runs)."""
+    s, calls = 4096, []
+    enc, pos = encoding_of("deberta", "encoding.max_relative_positions=64"), torch.arange(s)
+    q, k, v = (torch.randn(1, H, s, D) for _ in range(3))
+    fused = blocked._flash_lse
+    monkeypatch.setattr(blocked, "_flash_lse", lambda *a: calls.append(a[0].shape[-2]) or fused(*a))
+    with torch.no_grad():
+        got = enc.attend(q, k, v, pos, pos)
+    assert calls and min(calls) == 256 and len(calls) <= s // 256, (len(calls), min(calls))
+    with torch.enable_grad():  # the explicit path, blocks sized by s, is the reference
+        want = enc.attend(q.requires_grad_(), k, v, pos, pos).detach()
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
