@@ -147,3 +147,11 @@ def test_every_job_of_a_synthetic_preset_trains_one_step(experiment: str, tmp_pa
         assert list(cfg.eval.lengths) == [cfg.train.length * k for k in (1, 2, 3, 4)], job
         result = train(cfg, tmp_path / f"run{i}", {"encoding": "x", "task": "y", "model": "tiny"})
         assert result.summary["final_loss"] == result.summary["final_loss"], job
+
+
+def test_randomized_pe_samples_positions_at_evaluation_too():
+    """Ruoss et al. sample positions at test time as well; trained on 16 of 1,024 positions, a
+    model evaluated on 0..L-1 is measured off its training distribution (issue 24)."""
+    cfg = compose(["experiment=randomized_pe", "positions=randomized"])
+    assert build_positions(cfg).at_eval is True
+    assert build_positions(compose(["positions=randomized"])).at_eval is False  # the default
