@@ -75,7 +75,8 @@ def above_chance(frame: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         The rows, the tasks with a chance level above 0 now in metric ``exact_match_above_chance``;
-        ``margin`` is how far above chance a value may lie and still be at chance.
+        ``margin`` is how far above chance a value may lie and still be at chance: two
+        standard errors of the chance rate, and at least 3/n (n = sequences scored).
     """
     frame = frame.copy()
     raw = frame["chance"] if "chance" in frame else pd.Series(np.nan, index=frame.index)
@@ -91,8 +92,12 @@ def above_chance(frame: pd.DataFrame) -> pd.DataFrame:
     frame.loc[rescale, "metric"] = ABOVE_CHANCE
     raw_n = frame["sequences"] if "sequences" in frame else pd.Series(np.nan, index=frame.index)
     n = pd.to_numeric(raw_n, errors="coerce")
-    margin = 2 * np.sqrt(chance / ((1 - chance) * n.where(n > 0)))
-    frame["margin"] = margin.where(rescale, 0.0).fillna(0.0)
+    n = n.where(n > 0)
+    # Two standard errors of a chance-level rate, in above-chance units; at chance 0 that is 0,
+    # so the rule of three (3/n: the 95% bound on a rate with no success in n) keeps one or two
+    # lucky sequences out of a thousand from ranking a column that is really at zero.
+    margin = np.maximum(2 * np.sqrt(chance / ((1 - chance) * n)), 3 / n)
+    frame["margin"] = margin.where(exact, 0.0).fillna(0.0)
     return frame
 
 

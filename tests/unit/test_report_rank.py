@@ -174,3 +174,21 @@ def test_thresholds_out_of_range_are_errors(tmp_path, learned, loss):
 
     with pytest.raises(ConfigError, match="--learned"):
         make_report(tmp_path, learned=learned, learned_loss=loss)
+
+
+def test_a_few_lucky_sequences_out_of_a_thousand_are_still_zero():
+    """Chance 0: one or two exact matches in 1,000 sequences (issue 24's synthetic presets past
+    training: 0.001 against 0.000) are within the rule of three (3/n, the 95% bound for zero
+    successes) and give no rank; 1% is above it."""
+    rows = [
+        row("t2", e, x, v, chance=0.0, sequences=1000)
+        for e, past in (("a", 0.001), ("b", 0.0), ("c", 0.002))
+        for x, v in ((8, 1.0), (16, past), (32, 0.0))
+    ]
+    got = ranking([*rows, *(row(*r) for r in ROWS if r[0] == "t1")])
+    assert set(got["t2"]) == {"at chance"}
+    rows += [
+        row("t2", "d", x, v, chance=0.0, sequences=1000)
+        for x, v in ((8, 1.0), (16, 0.02), (32, 0.0))
+    ]
+    assert ranking(rows).loc["d", "t2"] == 1.0
