@@ -17,7 +17,8 @@ ranking built from that seed's runs alone). Per link:
 The verdict: **✓ holds** when every link holds on the mean and in at least ``level`` (0.8) of
 its seed comparisons; **✗ fails** when some link fails on the mean and its opposite holds in at
 least ``level`` of them; **? inconclusive** otherwise: a term without a value (not run,
-unsupported, failed), fewer than ``min_seeds`` (3) seeds of a term, or seeds that split.
+unsupported, failed), fewer than ``min_seeds`` (3) seeds of a term, seeds that split, exact
+matches all at chance (``0 >= 0`` says nothing), or an MRR term ranked in no task.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from itertools import product
 import pandas as pd
 
 from posx.claims.language import Claim, ClaimsFile, Statement, Term
+from posx.report.chance import above_chance
 from posx.report.data import add_ratio, metric_by_task
 from posx.report.rank import rank_table
 from posx.report.tables import pivot, summarize
@@ -222,6 +224,27 @@ def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
             verdict.reason = f"{term} has no value at the training length to divide by"
             return
         verdict.measured.append(Measured(str(term), seeds, sum(seeds.values()) / len(seeds)))
+    if metric == "exact_match" and not any(t.ratio for t in st.terms):
+        _at_chance(verdict, rows)
+
+
+def _at_chance(verdict: Verdict, rows: pd.DataFrame) -> None:
+    """Sets the reason when every term's exact match is within chance's margin: two values at
+    zero (or at chance) satisfy ``>=`` without saying anything, as in a report column that
+    carries no rank (issue 24). The margin is the report's (:func:`posx.report.chance.margin`)."""
+    rows = rows.assign(value=rows["exact_match"], metric="exact_match")
+    rows = above_chance(rows)
+    variant = rows["variant"].astype(str)
+    levels = rows.groupby(variant)["margin"].max()
+    raw = rows["chance"] if "chance" in rows else pd.Series(0.0, index=rows.index)
+    floor = pd.to_numeric(raw, errors="coerce").fillna(0.0).groupby(variant).mean()
+    for m in verdict.measured:
+        if m.mean > floor.get(m.term, 0.0) + levels.get(m.term, 0.0) * (1 - floor.get(m.term, 0.0)):
+            return
+    verdict.reason = (
+        f"every term is at chance {verdict.where} (exact match within 3/n or two standard errors"
+        " of chance): the comparison cannot tell them apart"
+    )
 
 
 def _mrr(frame: pd.DataFrame, metric: str) -> dict[str, float]:
@@ -242,7 +265,12 @@ def measure_mrr(verdict: Verdict, frame: pd.DataFrame) -> None:
         if name not in means:
             verdict.reason = f"no runs of {name} (labels: {', '.join(sorted(means)) or 'none'})"
             return
-        seeds = {s: ranks[name] for s, ranks in per_seed.items() if name in ranks}
+        seeds = {s: r[name] for s, r in per_seed.items() if name in r and not math.isnan(r[name])}
+        if math.isnan(means[name]) or not seeds:
+            verdict.reason = (
+                f"{name} has no MRR: ranked in no task (not learned, or every task at chance)"
+            )
+            return
         verdict.measured.append(Measured(name, seeds, means[name]))
 
 

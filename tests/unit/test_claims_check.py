@@ -148,3 +148,22 @@ def test_exit_codes_follow_the_verdicts(checked):
     assert exit_code([checked["ordering"], checked["flat"]]) == 0
     assert exit_code([checked["ordering"], checked["split"]]) == 3
     assert exit_code([checked["wrong"], checked["split"]]) == 1
+
+
+def test_values_at_zero_and_rankings_without_ranks_are_inconclusive(tmp_path: Path):
+    """Every run learned (1.0 at 1x) and none extrapolates (0.0 at 2x), as in nope_synthetic at
+    CPU scale: `nope >= rope` is true of two zeros but says nothing, and no task carries a rank,
+    so an MRR order has no values. Both are ?, not ✓ and not ✗ (the old code gave ✓ and ✗)."""
+    for task in ("copy", "reverse"):
+        values = {e: [[1.0, 0.0]] * 3 for e in ("nope", "rope", "alibi")}
+        make_seed_tree(tmp_path / "results", values, "syn", task=task, lengths=(16, 32))
+    claims = {"zeros": ("nope >= rope at 2x on copy", INCONCLUSIVE),
+              "mrr": ("mrr: nope > rope", INCONCLUSIVE)}  # fmt: skip
+    write_claims(tmp_path / "conf", "syn", claims)
+    verdicts = {
+        v.claim.id: v for v in check_root(tmp_path / "results", [tmp_path / "conf"]).verdicts
+    }
+    assert verdicts["zeros"].verdict == INCONCLUSIVE, verdicts["zeros"].reason
+    assert "at chance" in verdicts["zeros"].reason
+    assert verdicts["mrr"].verdict == INCONCLUSIVE, verdicts["mrr"].reason
+    assert "no MRR" in verdicts["mrr"].reason
