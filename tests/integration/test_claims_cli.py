@@ -37,6 +37,7 @@ def tree(tmp_path: Path) -> Path:
          "posx: 1 of 2 claims hold, 0 fail, 1 inconclusive"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_check_exit_status_says_whether_every_claim_holds(tree, claims, code, summary):
     write_claims(tree / "conf", "demo_claims", claims)
     proc = posx("--config-dir", str(tree / "conf"), "check", str(tree / "results"))
@@ -47,6 +48,7 @@ def test_check_exit_status_says_whether_every_claim_holds(tree, claims, code, su
     assert md.returncode == code and "| ✓ holds | demo_claims/a |" in md.stdout
 
 
+@pytest.mark.slow
 def test_report_with_claims_shows_them_in_html_and_exits_like_check(tree):
     write_claims(tree / "conf", "demo_claims", {"b": ("alibi > rope at 4x", "")})
     out = tree / "report.html"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 
 def only_run(root: Path) -> Path:
@@ -74,6 +75,7 @@ def test_train_eval_report(posx, tiny_overrides, tmp_path):
     assert (run / "run.json").read_text() == before
 
 
+@pytest.mark.slow
 def test_sweep_of_two_encodings(posx, tiny_overrides, tmp_path):
     out = posx("train", "-m", "encoding=nope,rope", *tiny_overrides, check=True).stdout
     (sweep,) = (tmp_path / "sweeps").iterdir()
@@ -88,6 +90,7 @@ def test_sweep_of_two_encodings(posx, tiny_overrides, tmp_path):
     assert set(table["variant"]) == {"nope", "rope"} and set(table["metric"]) == {"exact_match"}
 
 
+@pytest.mark.slow
 def test_learned_is_unsupported_past_its_table(posx, tiny_overrides, tmp_path):
     posx("train", "encoding=learned", *tiny_overrides, check=True)
     rows = pd.read_csv(only_run(tmp_path) / "eval.csv", keep_default_na=False)

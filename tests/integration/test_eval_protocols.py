@@ -79,6 +79,7 @@ def test_sliding_rows_and_positions(cli, run):
     assert weighted == pytest.approx(slide.loc[64, "loss"], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_rerun_replaces_and_an_override_adds(run):
     run_posx("eval", str(run), "--lengths", "32", "--no-progress")
     before = len(read(run / "eval.csv"))
@@ -127,6 +128,7 @@ def test_a_failed_length_prints_its_reason_and_exits_1(cli, run, monkeypatch):
     assert rows.loc[32, "status"] == "failed" and rows.loc[16, "status"] == "ok"
 
 
+@pytest.mark.slow
 def test_an_unsupported_length_is_not_a_failure(cli, tmp_path):
     """`learned` cannot represent positions past max_len: documented, exit 0."""
     run_posx("train", *TINY, "encoding=learned", f"root={tmp_path}")

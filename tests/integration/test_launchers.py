@@ -17,6 +17,7 @@ def runs_by_sweep(root):
     return out
 
 
+@pytest.mark.slow
 def test_joblib_sweep_shares_one_directory_and_survives_a_failed_job(
     posx, tiny_overrides, tmp_path
 ):

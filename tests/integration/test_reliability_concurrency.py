@@ -98,6 +98,7 @@ def check_sweeps(root: Path) -> None:
         assert (run / "checkpoint" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_two_sweeps_started_in_the_same_second_do_not_collide(cli, tmp_path, monkeypatch):
     """Sweep directories are named <time>_<random id>; with the clock frozen, only the id
     separates them."""

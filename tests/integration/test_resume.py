@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -21,6 +22,7 @@ def weights(run):
     return load_file(str(run / "checkpoint" / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_equals_uninterrupted(posx, tiny_overrides, tmp_path):
     args = [*tiny_overrides, "encoding=rope", "train.steps=300", "train.log_every=5"]
     posx("train", *args, "root=" + str(tmp_path / "a"), check=True)

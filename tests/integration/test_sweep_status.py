@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from posx.sweeps import sweep_status
 
 
+@pytest.mark.slow
 def test_sweep_status_of_a_real_sweep(posx, cli, tiny_overrides, tmp_path):
     proc = posx("train", "-m", "encoding=nope,alibi", "seed=0,1", *tiny_overrides)
     assert proc.returncode == 0, proc.stderr

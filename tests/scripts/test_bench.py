@@ -129,6 +129,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_short_run_writes_both_tables(tmp_path):
     proc = run(
         "--models", "tiny", "--encodings", "nope,alibi,learned", "--rounds", "2",
@@ -170,6 +171,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, text):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_eval_phase_alone(tmp_path):
     proc = run(
         "--models", "tiny", "--encodings", "nope,shaw", "--phases", "eval",
