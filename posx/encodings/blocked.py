@@ -124,11 +124,11 @@ def blocked_attend(
     b, h, s, _ = v.shape
     v = v.contiguous()  # once, rather than a copy of its prefix in every block's matmul
     step = query_block(block_size, b, h, s, ATTEND_BLOCK_ELEMENTS)
-    starts = list(range(0, s, step))
     far_keys = far() if far is not None and fused_lse_available(v.device) else None
-    far_from = [0] * len(starts) if far_keys is None else _far_starts(far_keys, starts, step, s)
     if far_keys is not None:
-        step, starts, far_from = _widen(far_keys, block_size, (b, h, s), (step, starts, far_from))
+        step = _far_step(far_keys, block_size, (b, h, s), step)
+    starts = list(range(0, s, step))
+    far_from = [0] * len(starts) if far_keys is None else _far_starts(far_keys, starts, step, s)
     outputs = []
     # Last block first: its temporaries are the largest (most keys), so each later block fits
     # in memory the allocator already holds; growing blocks would each take fresh, larger
@@ -186,28 +186,24 @@ def _far_starts(far: FarKeys, starts: list[int], step: int, s: int) -> list[int]
     return [min(int(c), i0) for c, i0 in zip(count.tolist(), starts, strict=True)]
 
 
-def _widen(
-    far: FarKeys, block_size: int, shape: tuple[int, int, int], plan: tuple[int, list, list]
-) -> tuple[int, list[int], list[int]]:
-    """Larger query blocks where far keys bound every block's explicit band.
+def _far_step(far: FarKeys, block_size: int, shape: tuple[int, int, int], step: int) -> int:
+    """Queries per block where far keys bound every block's explicit band.
 
     The budget sizes blocks for ``s`` keys, but with far keys a block only builds logits for
     its near band (about ``block + distance`` keys): at 32k tokens that meant 8-query blocks,
-    4,096 per layer, each with its own fused call and allocations. The wider plan is kept only
-    if every band it makes (measured with these positions) fits the same budget.
+    4,096 per layer, each with its own fused call and allocations. The wider step is kept only
+    if every band it makes (measured with these positions) fits the same budget; else ``step``.
     """
     b, h, s = shape
-    step = plan[0]
     band = min(s, block_size + max(0, math.ceil(far.distance)))
     wide = query_block(block_size, b, h, band, ATTEND_BLOCK_ELEMENTS)
     if wide <= step:
-        return plan
+        return step
     starts = list(range(0, s, wide))
     far_from = _far_starts(far, starts, wide, s)
     widest = max(min(s, i0 + wide) - j0 for i0, j0 in zip(starts, far_from, strict=True))
-    if b * h * wide * widest > ATTEND_BLOCK_ELEMENTS:
-        return plan  # positions without a narrow band (gaps, shuffles): keep the small blocks
-    return wide, starts, far_from
+    # positions without a narrow band (gaps, shuffles) keep the small blocks
+    return wide if b * h * wide * widest <= ATTEND_BLOCK_ELEMENTS else step
 
 
 def _far_part(far: FarKeys, v: Tensor, i0: int, i1: int, j0: int) -> tuple[Tensor, Tensor]:
