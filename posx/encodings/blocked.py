@@ -38,7 +38,8 @@ MAX_BLOCK_ELEMENTS = 2**22
 ATTEND_BLOCK_ELEMENTS = 2**20
 
 # (i0, i1, j0) -> (logits [b, h, i1 - i0, i1 - j0] of queries [i0, i1) and keys [j0, i1),
-# before masking; a context handed to the value term)
+# before masking, in a tensor of its own: the kernel masks it in place; a context handed to
+# the value term)
 ScoresFn = Callable[[int, int, int], tuple[Tensor, Any]]
 # (probs [b, h, i1 - i0, i1 - j0], context) -> extra output [b, h, i1 - i0, d_h]
 ValueFn = Callable[[Tensor, Any], Tensor]
@@ -97,6 +98,19 @@ def future_bias(i0: int, i1: int, device: torch.device, j0: int = 0) -> Tensor:
     return zeros.masked_fill_(future_mask(i0, i1, device, j0), float("-inf"))
 
 
+def mask_future_(logits: Tensor, i0: int, i1: int, j0: int = 0) -> Tensor:
+    """Sets ``logits [.., i1 - i0, i1 - j0]`` (queries ``[i0, i1)``, keys ``[j0, i1)``) to
+    ``-inf`` where the key comes after the query, in place; returns ``logits``.
+
+    Keys before ``i0`` precede every query of the block, so only the block's last ``i1 - i0``
+    columns (its diagonal square) are touched: one pass over ``(i1 - i0)^2`` elements rather
+    than over the whole block.
+    """
+    diagonal = logits[..., i0 - j0 :]
+    diagonal += future_bias(i0, i1, logits.device, i0).to(logits.dtype)
+    return logits
+
+
 def blocked_attend(
     v: Tensor,
     scores_fn: ScoresFn,
@@ -136,7 +150,7 @@ def blocked_attend(
     for i0, j0 in reversed(list(zip(starts, far_from, strict=True))):
         i1 = min(s, i0 + step)
         logits, ctx = scores_fn(i0, i1, j0)
-        logits = logits.float() + future_bias(i0, i1, v.device, j0)
+        logits = mask_future_(logits.float(), i0, i1, j0)
         if j0 == 0:
             probs = torch.softmax(logits, dim=-1)  # float32 softmax: stable under bf16 autocast
             out = probs.to(v.dtype) @ v[..., :i1, :]
@@ -222,6 +236,39 @@ def _merge(a: Tensor, a_lse: Tensor, b: Tensor, b_lse: Tensor) -> Tensor:
     """Softmax-weighted union of two disjoint key sets' attention outputs, by log-sum-exps."""
     total = torch.logaddexp(a_lse, b_lse)
     return a * (a_lse - total).exp().unsqueeze(-1) + b * (b_lse - total).exp().unsqueeze(-1)
+
+
+def consecutive_positions(q_pos: Tensor, k_pos: Tensor) -> bool:
+    """Whether queries and keys are the same positions, each one more than the last (per row).
+
+    Then the distance of pair ``(i, j)`` is ``i - j`` by index, whatever the first position, and
+    a block's relative terms can be read off one product by :func:`relative_shift`.
+    """
+    return torch.equal(q_pos, k_pos) and bool((q_pos.diff(dim=-1) == 1).all())
+
+
+def relative_shift(rel: Tensor, keys: int) -> Tensor:
+    """Reads a block's relative scores by distance as a view of a product over distances.
+
+    Transformer-XL's "relative shift", with no padding or copy: for a query block of ``bq``
+    queries and ``keys`` keys at consecutive positions (the last key being the last query), the
+    scores against every distance the block spans, from the largest (column 0) down to
+    ``1 - bq``, are ``rel [.., bq, keys + bq - 1]``; the pair of query ``r`` and key ``c`` lies
+    at distance ``keys - bq + r - c``, column ``bq - 1 - r + c``: a strided view of ``rel``.
+
+    Args:
+        rel: ``[.., bq, keys + bq - 1]``, distances decreasing along the last dim.
+        keys: Keys of the block.
+
+    Returns:
+        ``[.., bq, keys]`` with ``out[.., r, c] = rel[.., r, bq - 1 - r + c]``.
+    """
+    rel = rel.contiguous()
+    bq = rel.shape[-2]
+    if rel.shape[-1] != keys + bq - 1:
+        raise ValueError(f"relative_shift needs {keys + bq - 1} distances, got {rel.shape[-1]}")
+    size, stride = (*rel.shape[:-1], keys), (*rel.stride()[:-2], rel.stride(-2) - 1, 1)
+    return rel.as_strided(size, stride, rel.storage_offset() + bq - 1)
 
 
 def per_query(index: Tensor, like: Tensor) -> Tensor:

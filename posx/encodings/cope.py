@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.base import as_float
-from posx.encodings.blocked import blocked_attend, future_mask
+from posx.encodings.blocked import blocked_attend, future_bias
 from posx.encodings.per_layer import PerLayer
 
 
@@ -74,12 +74,12 @@ def interpolate_logits(logits_int: Tensor, positions: Tensor) -> Tensor:
     Returns:
         ``[b, h, sq, sk]``.
     """
+    # lo + w (hi - lo) with hi - lo read from a per-query table of steps between neighbours
+    # (the last step 0: where w is 0, exact): one index for both reads, no index arithmetic.
+    steps = torch.cat((logits_int.diff(dim=-1), torch.zeros_like(logits_int[..., :1])), dim=-1)
     below = positions.long()  # floor: positions are >= 0
-    w = positions - below
     lo = torch.gather(logits_int, -1, below)
-    # Where w is 0 the upper neighbour's weight is 0, so clamping it at the last row is exact.
-    hi = torch.gather(logits_int, -1, (below + 1).clamp_(max=logits_int.shape[-1] - 1))
-    return lo.addcmul_(w, hi.sub_(lo))
+    return lo.addcmul_(torch.frac(positions), torch.gather(steps, -1, below))
 
 
 class CoPEEmbeddings(nn.Module):
@@ -139,8 +139,10 @@ class CoPE(PerLayer):
         scale = q.shape[-1] ** -0.5
         s = k.shape[-2]
         # Keys last to first, once per layer: the suffix sums over keys become cumulative sums.
-        k_rev = k.float().flip(-2)
+        k_rev_t = k.float().flip(-2).transpose(-1, -2).contiguous()  # [b, h, d_h, s]
         gaps = position_gaps(k_pos).flip(-1) if self.gap_weighted else None
+        if gaps is not None and bool((gaps == 1).all()):
+            gaps = None  # unit gaps weigh nothing: the plain cumulative sum, three passes fewer
         emb = self.layers[layer].pos_emb.float()
 
         # float32 under autocast too: bf16 gates summed over hundreds of keys misplace p_ij.
@@ -148,10 +150,13 @@ class CoPE(PerLayer):
         def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
             # p_ij sums gates over keys [j, i] only, so keys [j0, i1) need nothing before j0.
             qb = q[..., i0:i1, :].float()
-            kb = k_rev[..., s - i1 : s - j0, :]  # keys i1 - 1 down to j0
-            logits = (qb @ kb.transpose(-1, -2)) * scale  # [b, h, bq, i1 - j0], reversed
-            visible = future_mask(i0, i1, q.device, j0).flip(-1).logical_not_()
-            gates = torch.sigmoid(logits) * visible
+            kb_t = k_rev_t[..., s - i1 : s - j0]  # keys i1 - 1 down to j0
+            logits = (qb @ kb_t) * scale  # [b, h, bq, i1 - j0], reversed
+            # Future keys get -inf logits, so gate 0: only the block's own keys (its first
+            # i1 - i0 reversed columns) can be future ones. (Masking the gates in place instead
+            # would change the output that sigmoid's backward reads.)
+            logits[..., : i1 - i0] += future_bias(i0, i1, q.device, i0).flip(-1)
+            gates = torch.sigmoid(logits)
             positions = cope_positions_reversed(
                 gates, None if gaps is None else gaps[..., s - i1 : s - j0]
             ).clamp_(0, self.npos_max - 1)

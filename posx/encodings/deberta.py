@@ -20,7 +20,13 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.blocked import FarKeys, blocked_attend, integer_distance, per_query
+from posx.encodings.blocked import (
+    MAX_BLOCK_ELEMENTS,
+    FarKeys,
+    blocked_attend,
+    integer_distance,
+    per_query,
+)
 from posx.encodings.per_layer import PerLayer
 
 
@@ -154,19 +160,32 @@ class DeBERTa(PerLayer):
         q_r = self._heads(projections.query_proj(rel)).to(q.dtype)
         scale = (3 * q.shape[-1]) ** -0.5
         span, buckets = self.max_relative_positions, self.position_buckets
+        # The scale folded into both query sides (each term is linear in one of them); keys
+        # and K^r transposed once rather than copied transposed in every block's matmul.
+        q_scaled, q_r_scaled = q * scale, q_r * scale
+        k_t, k_r_t = k.transpose(-1, -2).contiguous(), k_r.transpose(-1, -2).contiguous()
+        # p2c's K^c_j . Q^r_r for every key at once, key-major ([b, h, s, 2span]: linear in s),
+        # when it fits the block budget; per block it was recomputed for all 2span rows over
+        # keys that the next blocks' bands share. Key-major, each key's gather reads one row.
+        b, h, s, _ = k.shape
+        fits = b * h * q_r.shape[-2] * s <= MAX_BLOCK_ELEMENTS
+        p2c_all = k @ q_r_scaled.transpose(-1, -2) if fits else None
 
         def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
-            qb, kb = q[..., i0:i1, :], k[..., j0:i1, :]
+            qb = q_scaled[..., i0:i1, :]
             qp, kp = q_pos[..., i0:i1], k_pos[..., j0:i1]
-            content = qb @ kb.transpose(-1, -2)  # [b, h, bq, i1 - j0]
+            content = qb @ k_t[..., j0:i1]  # [b, h, bq, i1 - j0]
             idx = deberta_index(qp, kp, span, buckets)
-            c2p = torch.gather(qb @ k_r.transpose(-1, -2), -1, per_query(idx, content))
+            content += torch.gather(qb @ k_r_t, -1, per_query(idx, content))  # c2p
             # p2c needs delta(j, i): the distance seen from the key, read from the key's row.
-            idx_t = deberta_index(kp, qp, span, buckets)
-            idx_t = per_query(idx_t.transpose(-1, -2), content)  # [b, h, bq, i1 - j0]
-            p2c_keys = q_r @ kb.transpose(-1, -2)  # Q^r_r . K^c_j: [b, h, 2span, i1 - j0]
-            p2c = torch.gather(p2c_keys, -2, idx_t)
-            return (content + c2p + p2c) * scale, None
+            idx_t = deberta_index(kp, qp, span, buckets)  # [(b,) i1 - j0, bq]
+            if p2c_all is None:  # Q^r_r . K^c_j: [b, h, 2span, i1 - j0]
+                p2c_keys = q_r_scaled @ k_t[..., j0:i1]
+                p2c = torch.gather(p2c_keys, -2, per_query(idx_t.transpose(-1, -2), content))
+            else:  # [b, h, i1 - j0, bq], transposed
+                key_rows = p2c_all[..., j0:i1, :]
+                p2c = torch.gather(key_rows, -1, per_query(idx_t, key_rows)).transpose(-1, -2)
+            return content.add_(p2c), None
 
         # From far_distance on, delta(i, j) is the last row and delta(j, i) the first: c2p is
         # q_i . K^r_last per query, p2c is K^c_j . Q^r_0, folded into the queries.

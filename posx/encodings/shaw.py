@@ -90,13 +90,16 @@ class Shaw(PerLayer):
     ) -> Tensor:
         tables = self.layers[layer]
         scale = q.shape[-1] ** -0.5
+        # Both terms are linear in q: scaling q once costs O(s d_h), not a pass per block. Keys
+        # transposed once: a transposed slice in every block's matmul was copied each time.
+        q_scaled, k_t = q * scale, k.transpose(-1, -2).contiguous()
+        w_k_t = tables.w_k.to(q.dtype).T.contiguous()
 
         def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, Tensor]:
-            qb = q[..., i0:i1, :]  # [b, h, bq, d_h]
+            qb = q_scaled[..., i0:i1, :]  # [b, h, bq, d_h]
             index = shaw_index(q_pos[..., i0:i1], k_pos[..., j0:i1], self.max_relative_position)
-            content = qb @ k[..., j0:i1, :].transpose(-1, -2)  # [b, h, bq, i1 - j0]
-            relative = gather_relative(qb @ tables.w_k.to(qb.dtype).T, index)  # q_i . a^K_ij
-            return (content + relative) * scale, index
+            content = qb @ k_t[..., j0:i1]  # [b, h, bq, i1 - j0]
+            return content.add_(gather_relative(qb @ w_k_t, index)), index  # + q_i . a^K_ij
 
         def value_term(probs: Tensor, index: Tensor) -> Tensor:
             # sum_j p_ij w^V_{r(i,j)} = sum_r (sum of p_ij over the pairs in slot r) w^V_r

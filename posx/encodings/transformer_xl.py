@@ -25,7 +25,13 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.base import relative_distance
-from posx.encodings.blocked import blocked_attend, gather_relative
+from posx.encodings.blocked import (
+    ScoresFn,
+    blocked_attend,
+    consecutive_positions,
+    gather_relative,
+    relative_shift,
+)
 from posx.encodings.per_layer import PerLayer
 
 
@@ -145,22 +151,47 @@ class TransformerXL(PerLayer):
             return self._feature_attend(q, k, v, q_pos, k_pos, u, v_bias, w_r)
         # Every distance is an integer in [lo, hi]: P_d = W_R R_d for each, and term (b) + (d)
         # of pair (i, j) is (q_i + v) . P_{d(i, j)}, read from a per-query table.
+        # The scale folded into the queries (every term is linear in them) and keys transposed
+        # once: per block, a scaling pass and a copy of the transposed key slice were measurable.
+        scale = q.shape[-1] ** -0.5
+        qu, qv = (q + u) * scale, (q + v_bias) * scale
+        k_t = k.transpose(-1, -2).contiguous()  # [b, h, d_h, s]
+        if consecutive_positions(q_pos, k_pos):
+            return blocked_attend(v, self._shifted_scores(qu, qv, k_t, w_r), self.block_size)
         lo, hi = span
         table = xl_sinusoid(torch.arange(lo, hi + 1, device=q.device), self.r_dim)
-        p = torch.einsum("nr,hdr->hnd", table, w_r.float()).to(q.dtype)  # [h, n, d_h]
-        qu, qv, k = (q + u).contiguous(), (q + v_bias).contiguous(), k.contiguous()
+        p_t = torch.einsum("nr,hdr->hdn", table, w_r.float()).to(q.dtype)  # [h, d_h, n]
         q_pos, k_pos = q_pos.long(), k_pos.long()
-        scale = q.shape[-1] ** -0.5
 
         def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
-            content = qu[..., i0:i1, :] @ k[..., j0:i1, :].transpose(-1, -2)  # (a) + (c)
+            content = qu[..., i0:i1, :] @ k_t[..., j0:i1]  # (a) + (c)
             row = relative_distance(q_pos[..., i0:i1], k_pos[..., j0:i1]) - lo
             row = row.clamp_(0, hi - lo)  # only future (masked) pairs fall outside
             first, last = int(row.min()), int(row.max())  # the block's slice of the table
-            rel = qv[..., i0:i1, :] @ p[:, first : last + 1].transpose(-1, -2)
-            return (content + gather_relative(rel, row - first)) * scale, None
+            rel = qv[..., i0:i1, :] @ p_t[..., first : last + 1]
+            return content.add_(gather_relative(rel, row - first)), None
 
         return blocked_attend(v, scores, self.block_size)
+
+    def _shifted_scores(self, qu: Tensor, qv: Tensor, k_t: Tensor, w_r: Tensor) -> ScoresFn:
+        """Block scores for consecutive positions: terms (b) + (d) as a shifted view.
+
+        Every pair's distance, future pairs included, lies in ``[1 - s, s - 1]``. With
+        ``P_d`` tabulated from ``s - 1`` down, a block's product with the distances it spans
+        holds each pair at a fixed offset per row (:func:`relative_shift`): no index tensor, no
+        gather, at the price of ``bq - 1`` more columns in that product.
+        """
+        s = k_t.shape[-1]
+        table = xl_sinusoid(torch.arange(s - 1, -s, -1, device=k_t.device), self.r_dim)
+        p_t = torch.einsum("nr,hdr->hdn", table, w_r.float()).to(qu.dtype)  # [h, d_h, 2s - 1]
+
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            content = qu[..., i0:i1, :] @ k_t[..., j0:i1]  # (a) + (c)
+            # distances i1 - 1 - j0 (first query, first key) down to i0 + 1 - i1
+            rel = qv[..., i0:i1, :] @ p_t[..., s - i1 + j0 : s - 1 - i0 + i1]
+            return content.add_(relative_shift(rel, i1 - j0)), None
+
+        return scores
 
     def _feature_attend(
         self,

@@ -16,7 +16,14 @@ from posx.build import build_encoding
 from posx.config import CONFIG_DIR, compose
 from posx.encodings import blocked
 from posx.encodings.base import PositionalEncoding
-from posx.encodings.blocked import blocked_attend
+from posx.encodings.blocked import (
+    blocked_attend,
+    consecutive_positions,
+    future_bias,
+    gather_relative,
+    mask_future_,
+    relative_shift,
+)
 
 B, H, S, D = 2, 4, 23, 8
 DIMS = [f"model.d_model={H * D}", f"model.n_heads={H}", "model.n_layers=2", "train.length=8"]
@@ -170,3 +177,33 @@ def test_far_keys_widen_blocks_at_long_lengths(monkeypatch):
     with torch.enable_grad():  # the explicit path, blocks sized by s, is the reference
         want = enc.attend(q.requires_grad_(), k, v, pos, pos).detach()
     torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("bq,keys", [(1, 1), (1, 5), (3, 3), (4, 9), (8, 8)])
+def test_relative_shift_is_the_gather_by_distance(bq, keys):
+    """The strided view reads, for query r and key c, the column of distance keys - bq + r - c."""
+    rel = torch.randn(2, 3, bq, keys + bq - 1)
+    r, c = torch.arange(bq).unsqueeze(-1), torch.arange(keys)
+    index = (bq - 1 - r + c).expand(bq, keys)
+    torch.testing.assert_close(relative_shift(rel, keys), gather_relative(rel, index))
+    with pytest.raises(ValueError, match="distances"):
+        relative_shift(rel, keys + 1)
+
+
+def test_consecutive_positions():
+    assert consecutive_positions(torch.arange(5), torch.arange(5))
+    rows = torch.stack([torch.arange(5) + 2, torch.arange(5) + 9])
+    assert consecutive_positions(rows, rows) and consecutive_positions(rows * 1.0, rows * 1.0)
+    assert not consecutive_positions(torch.arange(5) * 2, torch.arange(5) * 2)
+    assert not consecutive_positions(torch.arange(5), torch.arange(5) + 1)
+    assert consecutive_positions(torch.arange(1), torch.arange(1))
+
+
+@pytest.mark.parametrize("i0,i1,j0", [(0, 4, 0), (4, 8, 0), (4, 8, 2), (5, 6, 5)])
+def test_the_future_mask_touches_only_the_blocks_own_keys(i0, i1, j0):
+    """Masking in place (only the block's last i1 - i0 keys can follow a query) equals adding
+    the whole block's mask."""
+    logits = torch.randn(2, 3, i1 - i0, i1 - j0)
+    want = logits + future_bias(i0, i1, logits.device, j0)
+    assert mask_future_(logits, i0, i1, j0) is logits
+    torch.testing.assert_close(logits, want)

@@ -103,3 +103,19 @@ def test_scores_stay_float32_under_bf16_autocast():
             got = enc.attend(q, k, v, pos, pos)
     assert got.shape == ref.shape
     assert (got.float() - ref).norm() / ref.norm() < 0.01
+
+
+def test_unit_gaps_take_the_plain_cumulative_sum():
+    """Positions one apart weigh every gate by 1: gap weighting on computes exactly what it
+    computes off (the paper's suffix sum), rather than the weighted sum's rounding of it."""
+    gen = torch.Generator().manual_seed(2)
+    on, off = (
+        CoPE(head_dim=4, n_layers=1, train_length=64, gap_weighted=g, block_size=5)
+        for g in (True, False)
+    )
+    with torch.no_grad():
+        off.layers[0].pos_emb.copy_(on.layers[0].pos_emb)
+    q, k, v = (torch.randn(2, 3, 64, 4, generator=gen) * 3 for _ in range(3))
+    pos = torch.arange(64) + 7
+    with torch.no_grad():
+        assert torch.equal(on.attend(q, k, v, pos, pos), off.attend(q, k, v, pos, pos))

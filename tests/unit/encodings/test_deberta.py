@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from posx.encodings import deberta
 from posx.encodings.deberta import DeBERTa, deberta_index, log_bucket_position
 
 H, D, S = 2, 4, 7
@@ -68,9 +69,11 @@ def reference(enc: DeBERTa, layer: int, q, k, v, pos):
     return out
 
 
+@pytest.mark.parametrize("p2c_budget", [2**22, 0])  # p2c for all keys at once / per block
 @pytest.mark.parametrize("block", [2, 256])
 @pytest.mark.parametrize("pos", [torch.arange(S), torch.tensor([0, 1, 2, 5, 6, 9, 10])])
-def test_c2p_and_p2c_match_hand_computation(block, pos):
+def test_c2p_and_p2c_match_hand_computation(block, pos, p2c_budget, monkeypatch):
+    monkeypatch.setattr(deberta, "MAX_BLOCK_ELEMENTS", p2c_budget)
     gen = torch.Generator().manual_seed(0)
     enc = DeBERTa(d_model=H * D, n_heads=H, n_layers=2, max_relative_positions=3, block_size=block)
     with torch.no_grad():
@@ -93,3 +96,24 @@ def test_shared_table_per_layer_projections_and_bad_buckets():
     assert buckets.rel_embeddings.weight.shape == (16, 8)
     with pytest.raises(ValueError, match="position_buckets"):
         DeBERTa(d_model=8, n_heads=2, n_layers=1, max_relative_positions=4, position_buckets=8)
+
+
+def test_p2c_of_every_key_is_computed_once_per_layer(monkeypatch):
+    """Within the budget, K^c . Q^r is one product for all keys, not one per query block
+    (blocks of 2 queries made 4 here, each over all 2k relative rows)."""
+    enc = DeBERTa(d_model=H * D, n_heads=H, n_layers=1, max_relative_positions=3, block_size=2)
+    q, k, v = (torch.randn(1, H, S, D) for _ in range(3))
+    products = []
+    real_matmul = torch.Tensor.__matmul__
+
+    def counting(a, b):
+        if b.shape[-1] == 2 * 3 or a.shape[-2] == 2 * 3:  # a product with the 2k relative rows
+            products.append((tuple(a.shape), tuple(b.shape)))
+        return real_matmul(a, b)
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", counting)
+    with torch.no_grad():
+        enc.attend(q, k, v, torch.arange(S), torch.arange(S))
+    # one K^r product per block (c2p, [bq, 2k]) and a single p2c product over all S keys
+    p2c = [shapes for shapes in products if shapes[0][-2] == S]
+    assert len(p2c) == 1, products

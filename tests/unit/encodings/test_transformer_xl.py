@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from posx.encodings import transformer_xl
 from posx.encodings.transformer_xl import TransformerXL, distance_span, xl_sinusoid
 
 H, D, R, S = 2, 4, 6, 6
@@ -112,3 +113,27 @@ def test_distance_span():
     assert distance_span(torch.arange(5) * 1.5, torch.arange(5) * 1.5) is None  # fractional
     assert distance_span(torch.arange(5) * 2.0, torch.arange(5) * 2.0) == (0, 8)
     assert distance_span(torch.arange(5) * 1000, torch.arange(5) * 1000) is None  # too sparse
+
+
+@pytest.mark.parametrize("block", [1, 2, 4, 256])
+def test_consecutive_positions_read_the_shifted_product_without_a_gather(block, monkeypatch):
+    """Positions one apart (any start, per row too) take the relative shift: no index tensor,
+    no gather, and the hand computation's result."""
+    gen = torch.Generator().manual_seed(4)
+    enc = TransformerXL(n_heads=H, head_dim=D, d_model=H * D, n_layers=1, r_dim=R)
+    enc.block_size = block
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    q, k, v = (torch.randn(2, H, S, D, generator=gen) for _ in range(3))
+
+    def no_gather(*args, **kwargs):
+        raise AssertionError("consecutive positions should not gather per pair")
+
+    monkeypatch.setattr(transformer_xl, "gather_relative", no_gather)
+    rows = torch.stack([torch.arange(S) + 3, torch.arange(S) + 40])
+    with torch.no_grad():
+        got = enc.attend(q, k, v, rows, rows)
+    for r in range(2):
+        want = reference(enc, 0, q[r : r + 1], k[r : r + 1], v[r : r + 1], rows[r])
+        torch.testing.assert_close(got[r : r + 1], want, atol=1e-4, rtol=1e-4)
