@@ -27,7 +27,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding
-from posx.encodings.blocked import future_bias, query_block
+from posx.encodings.blocked import (
+    consecutive_positions,
+    distance_block,
+    future_bias,
+    query_block,
+)
 from posx.encodings.memo import PositionMemo
 from posx.model.flex import (
     FLEX_AVAILABLE,
@@ -126,7 +131,15 @@ def causal_attention(
                 stacklevel=2,
             )
     return blocked_bias_attention(
-        q, k, v, q_pos, k_pos, encoding.bias, block_size, _bias_memo(encoding)
+        q,
+        k,
+        v,
+        q_pos,
+        k_pos,
+        encoding.bias,
+        block_size,
+        _bias_memo(encoding),
+        relative=encoding.relative_bias,
     )
 
 
@@ -158,6 +171,7 @@ def blocked_bias_attention(
     bias_fn: BiasFn,
     block_size: int = 256,
     memo: tuple[PositionMemo, Hashable] | None = None,
+    relative: bool = False,
 ) -> Tensor:
     """Causal attention with an additive bias computed one query block at a time.
 
@@ -176,6 +190,10 @@ def blocked_bias_attention(
         block_size: Most queries per block (``>= s`` gives one unblocked call at short ``s``).
         memo: A cache and the bias's key (e.g. its parameters' versions): masked bias blocks
             are then reused while positions and key are unchanged, within its size budget.
+        relative: The bias is a function of ``q_pos - k_pos`` alone. With consecutive
+            positions, blocks are then read from a table of it per distance
+            (:func:`~posx.encodings.blocked.distance_block`): ``2s - 1`` evaluations per
+            call instead of one per pair of every block.
 
     Returns:
         ``[b, h, s, d_h]``.
@@ -184,6 +202,8 @@ def blocked_bias_attention(
         raise ValueError(f"attention block_size must be positive, got {block_size}")
     b, h, s, _ = q.shape
     step = query_block(block_size, b, h, s)
+    by_distance = relative and consecutive_positions(q_pos, k_pos)
+    tables: list[Tensor] = []  # the per-distance table, made at the first block that needs it
     outputs = []
     # Last block first: its temporaries are the largest, so every later (smaller) block fits in
     # memory the allocator already holds. Growing blocks would each need a fresh, larger chunk,
@@ -197,6 +217,10 @@ def blocked_bias_attention(
             # broadcast boolean mask is several times slower on the CPU). Contiguous: biases
             # come head-last ([.., sq, sk, h] moved), and SDPA reads a strided mask 10-20%
             # slower in every call that reuses the block.
+            if by_distance:
+                if not tables:
+                    tables.append(_causal_distance_table(bias_fn, s, q.device, q.dtype))
+                return distance_block(tables[0], i0, i1).unsqueeze(0)
             bias = bias_fn(qp, kp).to(q.dtype) + future_bias(i0, i1, q.device).to(q.dtype)
             bias = bias.contiguous()
             # SDPA's fused CPU kernel takes a 4-D mask only; a 3-D one runs the unfused math.
@@ -212,6 +236,19 @@ def blocked_bias_attention(
         else:
             outputs.append(F.scaled_dot_product_attention(qb, kb, vb, bias))
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
+
+
+def _causal_distance_table(
+    bias_fn: BiasFn, s: int, device: torch.device, dtype: torch.dtype
+) -> Tensor:
+    """``[h, 2s - 1]``: the bias at distances ``s - 1`` down to 0, then ``-inf`` down to
+    ``1 - s``. At consecutive positions a negative distance is a future key, so the table's
+    blocks come masked; the bias itself is never evaluated there (log-distance biases are not
+    defined for negative distances)."""
+    distances = torch.arange(s - 1, -1, -1, device=device)
+    bias = bias_fn(distances, torch.zeros(1, dtype=distances.dtype, device=device))
+    bias = bias.flatten(-2).to(dtype)  # [h, s, 1] -> [h, s]
+    return torch.cat((bias, bias.new_full((bias.shape[0], s - 1), float("-inf"))), dim=-1)
 
 
 def _attention_with_learned_bias(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:

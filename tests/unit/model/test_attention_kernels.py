@@ -130,6 +130,63 @@ def test_blocked_equals_unblocked(name, pos_kind):
             torch.testing.assert_close(got, whole, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("name", FLEX)
+def test_consecutive_positions_read_blocks_from_the_distance_table(name, grad):
+    """A bias of the distance alone, at consecutive positions (per row too), is evaluated once
+    per non-negative distance (not once per pair of every block) and gives the per-pair
+    kernel's result and gradients; negative (future) distances never reach the bias."""
+    enc = encoding_of(name)
+    rows = torch.stack([torch.arange(S) + 50, torch.arange(S) + 3])
+    seen: list[torch.Tensor] = []
+
+    def spy(qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
+        seen.append(qp.unsqueeze(-1) - kp.unsqueeze(-2))
+        return enc.bias(qp, kp)
+
+    for pos in (torch.arange(S), rows):
+        want_q, got_q = (qkv(seed=3, grad=grad) for _ in range(2))
+        with torch.set_grad_enabled(grad):
+            want = blocked_bias_attention(*want_q, pos, pos, enc.bias, block_size=5)
+            seen.clear()
+            got = blocked_bias_attention(*got_q, pos, pos, spy, block_size=5, relative=True)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert sum(d.numel() for d in seen) == S and min(int(d.min()) for d in seen) == 0
+        if grad:
+            want.square().sum().backward()
+            got.square().sum().backward()
+            for w, g in zip(want_q, got_q, strict=True):
+                torch.testing.assert_close(g.grad, w.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", FLEX)
+def test_other_positions_keep_the_per_pair_bias(name):
+    enc = encoding_of(name)
+    calls = []
+
+    def spy(qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
+        calls.append((qp.shape, kp.shape))
+        return enc.bias(qp, kp)
+
+    pos = positions("per_row")  # gaps in the second row
+    q, k, v = qkv()
+    with torch.no_grad():
+        got = blocked_bias_attention(q, k, v, pos, pos, spy, block_size=5, relative=True)
+        want = blocked_bias_attention(q, k, v, pos, pos, enc.bias, block_size=5)
+    torch.testing.assert_close(got, want)
+    assert len(calls) == math.ceil(S / 5)
+
+
+def test_distance_block_is_the_toeplitz_block():
+    s = 7
+    table = torch.stack([torch.arange(s - 1, -s, -1.0), torch.arange(s - 1, -s, -1.0) * 10])
+    for i0, i1 in [(0, 7), (3, 7), (2, 5), (0, 1), (6, 7)]:
+        block = blocked.distance_block(table, i0, i1)
+        want = (torch.arange(i0, i1).unsqueeze(-1) - torch.arange(i1)).float()
+        assert block.is_contiguous()
+        torch.testing.assert_close(block, torch.stack([want, want * 10]))
+
+
 @pytest.mark.parametrize("name", BIAS)
 def test_model_output_does_not_depend_on_the_block_size(name):
     outs = []
