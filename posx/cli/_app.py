@@ -1,0 +1,61 @@
+"""The Typer application the command modules register on, its consoles and shared options."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Length-extrapolation experiments: train at one length, evaluate at many, compare.",
+)
+console = Console()
+err_console = Console(stderr=True)
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def debug_requested(argv: list[str] | None = None) -> bool:
+    """``posx --debug COMMAND ...`` (the option before the command) or ``POSX_DEBUG=1``."""
+    if os.environ.get("POSX_DEBUG", "") not in ("", "0"):
+        return True
+    for arg in (sys.argv if argv is None else argv)[1:]:
+        if not arg.startswith("-"):
+            return False
+        if arg == "--debug":
+            return True
+    return False
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    config_dir: list[Path] = typer.Option(
+        None,
+        "--config-dir",
+        help="A directory of your own encoding/, task/, model/, experiment/ ... yamls, added "
+        "beside the built-in ones (repeatable; also POSX_CONFIG_PATH=DIR1:DIR2).",
+    ),
+) -> None:
+    """(``--debug`` is read by :func:`debug_requested`, which also sees ``POSX_DEBUG``.)"""
+    ctx.obj = {"config_dirs": list(config_dir or [])}
+
+
+def config_dirs(ctx: typer.Context) -> list[Path]:
+    """The user's config dirs: ``posx --config-dir DIR ...``, then ``POSX_CONFIG_PATH``."""
+    from posx.config_path import user_config_dirs
+
+    return user_config_dirs((ctx.obj or {}).get("config_dirs", []))
+
+
+TRUST_HELP = (
+    "Also build _target_ classes under this module prefix (e.g. mypkg) when loading runs; "
+    "repeatable; adds to POSX_TRUST (comma-separated). posx's own classes, and the _target_s "
+    "in your config dirs (--config-dir, POSX_CONFIG_PATH), are always trusted."
+)

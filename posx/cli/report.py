@@ -1,0 +1,204 @@
+"""posx report and posx check."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from posx.cli._app import app, config_dirs, console, err_console
+from posx.errors import ConfigError
+
+
+@app.command()
+def report(
+    ctx: typer.Context,
+    root: Path = typer.Option(
+        Path("results"), "--root", help="Results root (every eval.csv below it)."
+    ),
+    metric: str = typer.Option(
+        "auto",
+        "--metric",
+        help="auto (bpb for text, exact_match for synthetic tasks), loss, ppl, bpb, acc, "
+        "exact_match, or any other numeric eval.csv column (e.g. peak_mem_mb).",
+    ),
+    task: list[str] = typer.Option(None, "--task", "-t", help="Only these tasks (a,b or repeat)."),
+    encoding: list[str] = typer.Option(None, "--encoding", "-e", help="Only these encodings."),
+    mode: list[str] = typer.Option(None, "--mode", help="Only these eval modes (full, sliding)."),
+    variant: list[str] = typer.Option(
+        None,
+        "--variant",
+        help="Eval-time variants to show (repeatable): 'base' (no overrides), 'all', a label "
+        "as the tables show it or part of one ('rope+yarn×4', 'yarn', 'yarnx4'), or key=value "
+        "tokens the overrides must contain, e.g. 'encoding.scaling.type=yarn'.",
+    ),
+    by: list[str] = typer.Option(
+        None,
+        "--by",
+        help="Compare model, train_length, task, mode, seed or any config key (e.g. "
+        "train.steps) side by side in one table (default: one table each).",
+    ),
+    where: list[str] = typer.Option(
+        None,
+        "--where",
+        help="Keep runs whose config key (or eval.csv column) has this value, KEY=VALUE, e.g. "
+        "model.d_model=128 (repeatable; all must hold).",
+    ),
+    rank: bool = typer.Option(
+        None,
+        "--rank/--no-rank",
+        help="Mean-reciprocal-rank table across tasks (default: when 2+ tasks): learned runs "
+        "only, ties share their average rank, a task where no run is above chance carries no "
+        "rank, 'tasks' = tasks a run was ranked in; with --format csv, write the ranking "
+        "instead of the cells.",
+    ),
+    rank_lengths: str = typer.Option(
+        "ood", "--rank-lengths", help="Rank on 'ood' (past the training length) or 'all' lengths."
+    ),
+    learned: float = typer.Option(
+        0.5,  # posx.report.chance.LEARNED (not imported: the CLI loads pandas lazily)
+        "--learned",
+        help="A run whose exact match (above chance: (em - chance) / (1 - chance)) or other "
+        "accuracy at its training length is below this is marked 'not learned': shown, but "
+        "left out of the ranking. 0 = off.",
+    ),
+    learned_loss: float = typer.Option(
+        None,
+        "--learned-loss",
+        help="The same for lower-is-better metrics (loss, bpb, ppl): a run above this at its "
+        "training length is 'not learned' (default: off).",
+    ),
+    ratio: bool = typer.Option(
+        True,
+        "--ratio/--no-ratio",
+        help="Each cell relative to the same run at its training length (×r, same metric).",
+    ),
+    digits: int = typer.Option(3, "--digits", help="Decimals in the tables."),
+    fmt: str = typer.Option(
+        None, "--format", "-f", help="rich, md, csv, latex or html (default: rich, or from -o)."
+    ),
+    output: Path = typer.Option(
+        None, "--output", "-o", help="Write to this file (.md, .csv, .tex, .html pick the format)."
+    ),
+    plot: Path = typer.Option(
+        None, "--plot", help="Write the plots (PNG and SVG) into this directory."
+    ),
+    claims: bool = typer.Option(
+        False,
+        "--claims",
+        help="Also check the claims of the presets the runs record (as `posx check ROOT`); "
+        "the exit status is then posx check's.",
+    ),
+) -> None:
+    """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
+    length, best per column marked, ranking across tasks; export tables and plots."""
+    from posx.report import make_report, output_format, render, report_plots, rich_renderables
+    from posx.results import atomic_write, check_writable
+
+    kind = output_format(fmt, output)
+    # Where the report goes is checked before the results are read, not after.
+    if output is not None:
+        if output.is_dir():
+            raise ConfigError(f"-o {output} is a directory; give a file name such as report.md")
+        check_writable(output.parent, "-o directory", "choose another place with -o")
+    if plot is not None:
+        check_writable(plot, "--plot directory", "choose another directory with --plot")
+    result = make_report(
+        root,
+        metric,
+        task,
+        encoding,
+        mode,
+        variant,
+        by,
+        rank,
+        rank_lengths,
+        digits,
+        ratio,
+        where=where,
+        learned=learned,
+        learned_loss=learned_loss,
+    )
+    for warning in result.warnings:
+        err_console.print(f"posx: warning: {warning}", markup=False, style="yellow")
+    checked = None
+    if claims:
+        from posx.claims.find import check_root
+        from posx.claims.render import claims_section
+
+        checked = check_root(root, config_dirs(ctx))
+        result.sections.append(claims_section(checked.verdicts, checked.notes))
+    if kind == "rich" or (output is not None and fmt is None):
+        for renderable in rich_renderables(result):
+            console.print(renderable)
+        if checked is not None:
+            from posx.claims.render import to_rich
+
+            console.print(to_rich(result.sections[-1]))
+    if kind != "rich":
+        base = output.parent if output is not None else Path.cwd()
+        text = render(result, kind, rank_csv=bool(rank) and kind == "csv", base=base)
+        if output is not None:
+            atomic_write(output, text)
+            console.print(f"wrote {output}", soft_wrap=True)
+        else:
+            sys.stdout.write(text)
+    elif output is not None:  # --format rich -o FILE: the same tables as Markdown
+        atomic_write(output, render(result, "md"))
+        console.print(f"wrote {output}", soft_wrap=True)
+    if plot is not None:
+        from posx.report.plots import write_plots
+
+        plots = report_plots(result)
+        paths = write_plots(plots.figures, plot)
+        console.print(f"wrote {len(paths)} plot files to {plot}/", soft_wrap=True)
+        for stem, why in plots.skipped:
+            err_console.print(f"posx: no plot {stem}: {why}", markup=False, soft_wrap=True)
+    if checked is not None:
+        _claims_exit(checked.verdicts)
+
+
+def _claims_exit(verdicts: list) -> None:
+    """Ends ``posx check`` / ``posx report --claims`` with the claims' exit status (0 all hold,
+    1 some fail, 3 some inconclusive), saying so on stderr when it is not 0."""
+    from posx.claims.check import exit_code
+    from posx.claims.render import summary
+
+    code = exit_code(verdicts)
+    if code:
+        err_console.print(f"posx: {summary(verdicts)}", markup=False, soft_wrap=True)
+        raise typer.Exit(code)
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    root: Path = typer.Argument(Path("results"), help="Results root (every run below it)."),
+    experiment: str = typer.Option(
+        None,
+        "--experiment",
+        help="Check this preset's claims only, on the runs that record it or record none.",
+    ),
+    fmt: str = typer.Option("rich", "--format", "-f", help="rich or md."),
+    min_seeds: int = typer.Option(3, "--min-seeds", help="Seeds each term needs for a verdict."),
+    agreement: float = typer.Option(
+        0.8, "--agreement", help="Share of seed-level comparisons a verdict needs (0.5-1]."
+    ),
+) -> None:
+    """Check each preset's claims (configs/claims/NAME.yaml) against its runs under ROOT:
+    ✓ holds, ✗ fails or ? inconclusive, with the measured values, seeds and seed agreement.
+    Exit status: 0 every claim holds, 1 some claim fails, 3 none fails but some are
+    inconclusive (2: bad input)."""
+    from posx.claims.find import check_root
+    from posx.claims.render import claims_section, to_markdown, to_rich
+
+    if fmt not in ("rich", "md"):
+        raise ConfigError(f"unknown --format {fmt!r}; choose from rich, md")
+    checked = check_root(root, config_dirs(ctx), experiment, min_seeds, agreement)
+    section = claims_section(checked.verdicts, checked.notes, min_seeds, agreement)
+    if fmt == "md":
+        sys.stdout.write(to_markdown(section))
+    else:
+        console.print(to_rich(section))
+    _claims_exit(checked.verdicts)

@@ -1,0 +1,161 @@
+"""posx train, resume, runs, eval."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from posx.cli._app import (
+    PASS_THROUGH,
+    TRUST_HELP,
+    app,
+    config_dirs,
+    console,
+    debug_requested,
+    err_console,
+)
+from posx.errors import ConfigError, PosxError
+
+
+@app.command(context_settings=PASS_THROUGH)
+def train(ctx: typer.Context) -> None:
+    """Train one model; arguments are Hydra overrides (-m for sweeps, --cfg job to print).
+
+    Examples: `posx train encoding=alibi task=copy train.steps=500`,
+    `posx train -m encoding=nope,rope,alibi seed=0,1,2`. See `posx list` for the options.
+    """
+    from posx.runs import run_train
+
+    run_train(list(ctx.args), debug=debug_requested(), dirs=config_dirs(ctx))
+
+
+@app.command()
+def resume(
+    ctx: typer.Context,
+    run: Path = typer.Argument(..., help="A run directory with a checkpoint."),
+    trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
+) -> None:
+    """Continue an interrupted run from its last checkpoint (same config, same directory)."""
+    from posx.runs import run_resume
+    from posx.trust import trusted_prefixes
+
+    dirs = config_dirs(ctx)
+    run_resume(run, debug=debug_requested(), dirs=dirs, trust=trusted_prefixes(trust, dirs))
+
+
+@app.command("runs")
+def runs_(
+    root: Path = typer.Option(Path("results"), "--root", help="Results root to list runs under."),
+) -> None:
+    """One line per run: status, encoding, task, model, training length, steps, seed, final
+    loss, evaluated lengths and its directory."""
+    from posx.runs.listing import format_runs, list_runs
+
+    found = list_runs(root)
+    if not found:
+        console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
+        return
+    sys.stdout.write("\n".join(format_runs(found)) + "\n")
+
+
+def parse_lengths(text: str) -> list[int]:
+    from posx.config import positive_lengths
+
+    values: list[int] = []
+    for part in text.split(","):
+        try:
+            values.append(int(part.strip()))
+        except ValueError as err:
+            raise ConfigError(
+                f"--lengths must be comma-separated positive integers, got {part!r}"
+            ) from err
+    return positive_lengths(values, "--lengths")
+
+
+@app.command("eval", context_settings=PASS_THROUGH)
+def eval_(
+    ctx: typer.Context,
+    runs: list[Path] = typer.Argument(
+        None, help="Run directories (default: every run under --root)."
+    ),
+    lengths: str = typer.Option(
+        None, "--lengths", "-l", help="e.g. 512,1024,2048 (default: each run's eval.lengths)."
+    ),
+    root: Path = typer.Option(
+        Path("results"), "--root", help="Where to look for runs when none are named."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    mode: str = typer.Option(
+        None, "--mode", help="full (non-overlapping sequences) or sliding (default: the run's)."
+    ),
+    window: int = typer.Option(
+        None, "--window", help="sliding: tokens read at once (default: training length)."
+    ),
+    stride: int = typer.Option(
+        None, "--stride", help="sliding: tokens each window moves on (default: window // 2)."
+    ),
+    buckets: str = typer.Option(
+        None, "--buckets", help="per-position loss buckets: log, or a width in tokens."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar per run."),
+    trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
+    max_memory: str = typer.Option(
+        None, "--max-memory", help="Memory an evaluation may use, e.g. 8G (default: available)."
+    ),
+) -> None:
+    """Evaluate trained runs at longer lengths; writes eval.csv and eval_positions.csv.
+
+    Extra `key=value` arguments override the run's config at evaluation time
+    (e.g. `encoding.base=40000`) and are recorded in every row, as are --mode, --window and
+    --stride (in their own columns).
+    """
+    from posx.report.units import eval_summary
+    from posx.resources import parse_size
+    from posx.runs import evaluate_runs, select_runs
+    from posx.runs.evaluation import failures, protocol_overrides
+    from posx.trust import trusted_prefixes
+
+    overrides = protocol_overrides(mode, window, stride, buckets)
+    overrides += [a for a in ctx.args if "=" in a]
+    stray = [a for a in ctx.args if "=" not in a]
+    # typer puts key=value words into `runs` when they come after the run dirs
+    overrides += [str(r) for r in runs or [] if "=" in str(r) and not Path(r).exists()]
+    named = [r for r in runs or [] if str(r) not in overrides]
+    if stray:
+        raise ConfigError(
+            f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
+        )
+    asked = parse_lengths(lengths) if lengths is not None else None
+    limit = parse_size(max_memory, "--max-memory")
+    trusted = trusted_prefixes(trust, config_dirs(ctx))
+    chosen = select_runs(named, root, overrides, trusted)
+    for run, why in chosen.skipped:
+        err_console.print(f"[yellow]skipping {run}: {why}[/]")
+    for _, why in chosen.damaged:
+        err_console.print(f"posx: skipping: {why}", markup=False, style="red", soft_wrap=True)
+
+    def show(run: Path, rows: list[dict]) -> None:
+        # the report's metric and unit for this task (bits/byte for text, exact match ...)
+        console.print(f"[bold]{run.name}[/]  " + "  ".join(eval_summary(r) for r in rows))
+
+    def warn(text: str) -> None:
+        err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
+
+    done = evaluate_runs(
+        chosen.runs, asked, overrides, device, progress, on_run=show, on_warning=warn,
+        trust=trusted, max_memory=limit,
+    )  # fmt: skip
+    console.print(
+        f"wrote eval.csv and eval_positions.csv in {len(chosen.runs)} run(s); "
+        "compare with `posx report`"
+    )
+    failed = [(run, why) for run, rows in done.items() for why in failures(rows)]
+    for run, why in failed:
+        err_console.print(f"posx: {run.name}: failed at {why}", markup=False, soft_wrap=True)
+    if failed:
+        raise PosxError(f"{len(failed)} evaluation(s) failed; the reasons are above")
+    if chosen.damaged:
+        names = ", ".join(run.name for run, _ in chosen.damaged)
+        raise PosxError(f"{len(chosen.damaged)} run(s) skipped, damaged or refused: {names}")
