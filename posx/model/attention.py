@@ -213,14 +213,14 @@ def blocked_bias_attention(
         qp, kp = q_pos[..., i0:i1], k_pos[..., :i1]
 
         def masked_bias(qp: Tensor = qp, kp: Tensor = kp, i0: int = i0, i1: int = i1) -> Tensor:
+            if by_distance:  # read from the table, masked and contiguous
+                if not tables:
+                    tables.append(_causal_distance_table(bias_fn, s, q.device, q.dtype))
+                return distance_block(tables[0], i0, i1).unsqueeze(0)
             # Adding a [block, keys] -inf mask is one vectorised pass (masked_fill with a
             # broadcast boolean mask is several times slower on the CPU). Contiguous: biases
             # come head-last ([.., sq, sk, h] moved), and SDPA reads a strided mask 10-20%
             # slower in every call that reuses the block.
-            if by_distance:
-                if not tables:
-                    tables.append(_causal_distance_table(bias_fn, s, q.device, q.dtype))
-                return distance_block(tables[0], i0, i1).unsqueeze(0)
             bias = bias_fn(qp, kp).to(q.dtype) + future_bias(i0, i1, q.device).to(q.dtype)
             bias = bias.contiguous()
             # SDPA's fused CPU kernel takes a 4-D mask only; a 3-D one runs the unfused math.
@@ -247,7 +247,7 @@ def _causal_distance_table(
     defined for negative distances)."""
     distances = torch.arange(s - 1, -1, -1, device=device)
     bias = bias_fn(distances, torch.zeros(1, dtype=distances.dtype, device=device))
-    bias = bias.flatten(-2).to(dtype)  # [h, s, 1] -> [h, s]
+    bias = bias.reshape(bias.shape[-3], s).to(dtype)  # [(1,) h, s, 1] -> [h, s]
     return torch.cat((bias, bias.new_full((bias.shape[0], s - 1), float("-inf"))), dim=-1)
 
 
