@@ -32,6 +32,11 @@ class SelfAttention(nn.Module):
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         # [b, h, s, d_h]
+        if torch.compiler.is_compiling():
+            # Encodings and kernels may break the graph (memo lookups read positions in
+            # Python); views of one tensor as outputs of the graph before the break made
+            # AOTAutograd replay them with garbage sizes (torch 2.13, CPU). Own tensors do not.
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out = causal_attention(q, k, v, pos, pos, encoding, self.block_size, self.kernel)
         return self.drop(self.proj(out.transpose(1, 2).reshape(b, s, d)))
 

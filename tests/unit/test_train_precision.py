@@ -76,10 +76,17 @@ def test_eval_rows_record_the_precision_that_ran(tmp_path: Path):
     assert rows_bf16[0]["loss"] != rows[0]["loss"]  # bf16 really ran
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("encoding", ["nope", "rope", "alibi"])
+@pytest.mark.parametrize(
+    "encoding",
+    [pytest.param("nope", marks=pytest.mark.slow), pytest.param("rope", marks=pytest.mark.slow),
+     "alibi"],
+)  # fmt: skip
 def test_compiled_training_matches_eager(encoding: str, tmp_path: Path):
-    """train.compile=true runs torch.compile'd forward and backward (CPU inductor here)."""
+    """train.compile=true runs torch.compile'd forward and backward (CPU inductor here).
+
+    alibi (its bias memo breaks the graph) stays in the default suite: with q, k and v as views
+    of one tensor among the outputs of the graph before the break, AOTAutograd replayed them
+    with garbage sizes (`shape '[94006875724997, ...]' is invalid`) and training crashed."""
     base = [*TINY, f"encoding={encoding}"]
     eager = train(compose(base), tmp_path / "eager", NAMES)
     compiled = train(compose([*base, "train.compile=true"]), tmp_path / "compiled", NAMES)
