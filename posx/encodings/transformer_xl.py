@@ -13,10 +13,13 @@ query feature of position ``i`` dotted with a key feature ``[cos(j w), sin(j w)]
 product, computed query-blocked (``posx.encodings.blocked``): exact, O(s) memory, any (float)
 positions. The price is the width of that dot product, ``d_h + r_dim`` instead of ``d_h``.
 
-When every position is an integer (the usual case) a cheaper exact route is taken: the
-distinct distances of a query block are few (about the block's key count), so
-``P_d = W_R R_d`` is computed once per distance and terms (b) + (d) are ``(q_i + v) . P_{i-j}``,
-a ``d_h``-wide product per (query, distance) read back per pair, as Shaw's relative scores are.
+When every position is an integer a cheaper exact route is taken: the distinct distances of a
+query block are few (about the block's key count), so ``P_d = W_R R_d`` is computed once per
+distance and terms (b) + (d) are ``(q_i + v) . P_{i-j}``, a ``d_h``-wide product per (query,
+distance) read back per pair, as Shaw's relative scores are. At consecutive positions (the usual
+case) each pair's column of that product is fixed by its offset from the diagonal, so it is read
+as a strided view (the paper code's "relative shift", without its padding and copy) instead of a
+gather.
 """
 
 from __future__ import annotations
