@@ -1,9 +1,5 @@
-"""Typed config schemas (registered in Hydra's ConfigStore) and their validation.
-
-The schemas make a misspelled key or a wrong type an error at composition time. ``encoding``
-and ``task`` stay open (``_target_`` plus the constructor's own arguments), so a user can point
-``_target_`` at their own class; their arguments are checked when they are instantiated.
-"""
+"""Config composition (Hydra, with the user's config dirs) and validation of what the typed
+schemas (:mod:`posx.config_schema`) cannot check: one-line errors for every bad value."""
 
 from __future__ import annotations
 
@@ -13,7 +9,6 @@ import re
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +23,12 @@ from omegaconf.errors import OmegaConfBaseException
 from posx.config_path import (
     CONFIG_DIR,
     GROUPS,
+    choices,
     dirs_of_searchpath,
-    options,
     searchpath_override,
     user_config_dirs,
 )
+from posx.config_schema import TYPED_NODES, PosxConfig
 from posx.errors import ConfigError
 from posx.evaluation.buckets import parse_buckets
 from posx.labels import LABEL_RE, run_name_resolver
@@ -40,108 +36,6 @@ from posx.model.attention import KERNELS
 from posx.precision import PRECISIONS
 
 INT64_MAX = 2**63 - 1
-
-
-@dataclass
-class ModelConfig:
-    """Decoder-only Transformer dimensions."""
-
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    d_ff: int = 256
-    dropout: float = 0.0
-    tie_embeddings: bool = True
-    attn_block_size: int = 256
-    attention_kernel: str = "auto"  # bias encodings: auto (flex on CUDA), blocked or flex
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation and bookkeeping for one training run."""
-
-    length: int = 64
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    log_every: int = 10
-    checkpoint_every: int = 0
-    eval_at_end: bool = True
-    device: str = "auto"
-    # auto: bf16 autocast on CUDA, fp32 elsewhere; fp32, bf16 or fp16 (with a gradient scaler)
-    # on any device, so the mixed-precision path also runs on a CPU when asked
-    precision: str = "auto"
-    fused_adamw: bool | None = None  # None: fused AdamW on CUDA only
-    compile: bool = False  # torch.compile the model for training
-    threads: int = 0
-    progress: bool = True
-    progress_every: float = 10.0  # seconds between plain progress lines (posx.log, piped stdout)
-    resume: bool = False
-    # Memory a training step (and the evaluation after it) may use, e.g. 8G; None: what is
-    # available. Checked against an estimate before anything is allocated (posx.resources).
-    max_memory: str | None = None
-
-
-@dataclass
-class EvalConfig:
-    """Length sweep: which lengths, how much held-out data, in what batches."""
-
-    # None: 1x, 2x, 4x and 8x train.length (see eval_lengths), so there is always an
-    # in-distribution column to take ratios against.
-    lengths: list[int] | None = None
-    tokens: int = 16384
-    batch_tokens: int = 8192
-    seed: int = 1234
-    mode: str = "full"  # full | sliding (see posx/evaluation/protocol.py)
-    window: int | None = None  # sliding: tokens the model reads at once (default train.length)
-    stride: int | None = None  # sliding: tokens each window moves on (default window // 2)
-    buckets: str = "log"  # per-position loss buckets: log (powers of two) or a width in tokens
-    precision: str = "auto"  # as train.precision; every eval row records what it resolved to
-    # Eval-time variants evaluated after training, each a list of `key=value` overrides
-    # (`[[encoding.scaling.type=yarn, encoding.scaling.factor=4]]`): rows as `posx eval RUN
-    # OVERRIDES` writes them, each recording its overrides (posx/runs/variants.py).
-    variants: list[list[str]] = field(default_factory=list)
-
-
-@dataclass
-class PosxConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    encoding: Any = None
-    task: Any = None
-    positions: Any = None  # training-time position strategy (configs/positions/)
-    logger: Any = field(default_factory=dict)  # experiment trackers (configs/logger/)
-    seed: int = 0
-    root: str = "results"
-    # ``<start time>_<random id>`` of the ``posx train`` invocation, which names its run or sweep
-    # directory. It travels in the config (as an override) so that launcher workers (joblib,
-    # submitit), which resolve ``hydra.sweep.dir`` again on their side, agree on it.
-    invocation: str = ""
-    # The run's encoding label in its directory, run.json and reports (empty: the chosen yaml's
-    # name, or the class name of a `_target_` set over it; see run_names).
-    label: str = ""
-    # Filled in by posx.compose for posx.train: per labelled group, the chosen yaml's name and
-    # the `_target_` it sets (`posx train` reads Hydra's record of the choices instead).
-    chosen: Any = None
-    # The preset a run belongs to (configs/experiment/NAME.yaml sets it): `posx check` finds the
-    # preset's claims (configs/claims/NAME.yaml) through it. Recorded in run.json.
-    experiment_name: str = ""
-    # Design values a preset sets for one option of a group it sweeps, read by that option's yaml
-    # through `${oc.select:design.KEY,DEFAULT}` (e.g. T5's max_distance scaled with the training
-    # length): a preset cannot set `encoding.max_distance` for t5 alone while it sweeps encodings.
-    design: Any = field(default_factory=dict)
-
-
-# The typed nodes of a config: their keys are fixed by their dataclass.
-_TYPED_NODES = (("", PosxConfig), ("model", ModelConfig), ("train", TrainConfig),
-                ("eval", EvalConfig))  # fmt: skip
 
 
 def new_invocation() -> str:
@@ -294,7 +188,7 @@ def positive_lengths(values: list[Any], what: str) -> list[int]:
 def check_typed_keys(cfg: DictConfig) -> None:
     """Refuses a key the schema does not have in a typed node (``model``, ``train``, ``eval``,
     the top level), e.g. ``+train.stepz=5``: Hydra's ``+`` adds it past the schema's check."""
-    for path, schema in _TYPED_NODES:
+    for path, schema in TYPED_NODES:
         node = OmegaConf.select(cfg, path) if path else cfg
         if not isinstance(node, DictConfig):
             continue
@@ -416,21 +310,3 @@ def validate_protocol(e: DictConfig, train_length: int) -> None:
             "windows would never be scored"
         )
     parse_buckets(e.buckets)
-
-
-def choices(group: str, dirs: Sequence[Path] | None = None) -> list[str]:
-    """Option names of a config group: the yaml files in ``configs/<group>/`` and in the user's
-    config dirs (default: from ``POSX_CONFIG_PATH``)."""
-    return sorted(options(group, user_config_dirs() if dirs is None else dirs))
-
-
-def describe_option(group: str, name: str, dirs: Sequence[Path] | None = None) -> str:
-    """The option's description: its yaml's leading ``#`` comment lines."""
-    path = options(group, user_config_dirs() if dirs is None else dirs)[name]
-    lines = []
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        if not line.startswith("# @package"):
-            lines.append(line.lstrip("# ").strip())
-    return " ".join(x for x in lines if x)

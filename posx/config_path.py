@@ -165,3 +165,21 @@ def user_config_targets(dirs: Sequence[Path] | None = None) -> set[str]:
         for _, _, path in _yamls(root):
             found.update(_targets(_load(path)))
     return found
+
+
+def choices(group: str, dirs: Sequence[Path] | None = None) -> list[str]:
+    """Option names of a config group: the yaml files in ``configs/<group>/`` and in the user's
+    config dirs (default: from ``POSX_CONFIG_PATH``)."""
+    return sorted(options(group, user_config_dirs() if dirs is None else dirs))
+
+
+def describe_option(group: str, name: str, dirs: Sequence[Path] | None = None) -> str:
+    """The option's description: its yaml's leading ``#`` comment lines."""
+    path = options(group, user_config_dirs() if dirs is None else dirs)[name]
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if not line.startswith("# @package"):
+            lines.append(line.lstrip("# ").strip())
+    return " ".join(x for x in lines if x)

@@ -24,7 +24,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from posx.build import build_model, build_positions, build_task
 from posx.checkpoint import check_identity, load_checkpoint
-from posx.config import EvalConfig, key_hint, validate
+from posx.config import key_hint, validate
+from posx.config_schema import EvalConfig
 from posx.distributed import pick_device
 from posx.errors import ConfigError, PosxError
 from posx.evaluation.buckets import bucket_rows

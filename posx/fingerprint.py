@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posx.config import PosxConfig
+from posx.config_schema import PosxConfig
 
 Scalar = str | int | float | bool | None
 FINGERPRINT_VERSION = 1  # part of the hash: a change of the rules below changes every fingerprint

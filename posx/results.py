@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from posx.atomic import atomic_write, shared_mode
-from posx.config import PosxConfig
+from posx.config_schema import PosxConfig
 from posx.errors import ConfigError, PosxError, one_line
 
 SCHEMA_VERSION = 1

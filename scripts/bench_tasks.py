@@ -18,7 +18,8 @@ from collections.abc import Callable
 import torch
 
 from posx.build import build_model, build_task
-from posx.config import choices, compose
+from posx.config import compose
+from posx.config_path import choices
 from posx.distributed import pick_device
 from posx.losses import masked_loss
 

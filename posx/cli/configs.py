@@ -23,8 +23,7 @@ def list_(
     from rich.markup import escape
     from rich.table import Table
 
-    from posx.config import GROUPS, describe_option
-    from posx.config_path import CONFIG_DIR, options
+    from posx.config_path import CONFIG_DIR, GROUPS, describe_option, options
 
     if group is not None and group not in GROUPS:  # "encodings" means "encoding"
         group = group.rstrip("s") if group.rstrip("s") in GROUPS else group

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from posx.config import choices, compose, eval_lengths, positive_lengths, validate
+from posx.config import compose, eval_lengths, positive_lengths, validate
+from posx.config_path import choices
 from posx.errors import ConfigError
 from posx.runs import check_overrides
 from posx.runs.launch import sweep_dir_of

@@ -9,8 +9,14 @@ import pytest
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from posx.config import check_group_value, choices, compose, describe_option, validate
-from posx.config_path import CONFIG_DIR, user_config_dirs, user_config_targets
+from posx.config import check_group_value, compose, validate
+from posx.config_path import (
+    CONFIG_DIR,
+    choices,
+    describe_option,
+    user_config_dirs,
+    user_config_targets,
+)
 from posx.errors import ConfigError
 from posx.runs import check_overrides
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from posx.build import build_task
-from posx.config import choices, compose, describe_option
+from posx.config import compose
+from posx.config_path import choices, describe_option
 from posx.tasks.synthetic.common import SyntheticTask
 
 TEXT_TASKS = {"text", "text_bpe", "shakespeare"}
