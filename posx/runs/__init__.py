@@ -6,8 +6,9 @@ what happens next.
 """
 
 from posx.runs.evaluation import evaluate_runs, select_runs
-from posx.runs.launch import run_resume, run_train, train_and_evaluate
+from posx.runs.launch import run_train, train_and_evaluate
 from posx.runs.preflight import check_overrides, split_args
+from posx.runs.resume import run_resume
 
 __all__ = [
     "check_overrides",
