@@ -52,10 +52,3 @@ def config_dirs(ctx: typer.Context) -> list[Path]:
     from posx.config_path import user_config_dirs
 
     return user_config_dirs((ctx.obj or {}).get("config_dirs", []))
-
-
-TRUST_HELP = (
-    "Also build _target_ classes under this module prefix (e.g. mypkg) when loading runs; "
-    "repeatable; adds to POSX_TRUST (comma-separated). posx's own classes, and the _target_s "
-    "in your config dirs (--config-dir, POSX_CONFIG_PATH), are always trusted."
-)

@@ -9,7 +9,6 @@ import typer
 
 from posx.cli._app import (
     PASS_THROUGH,
-    TRUST_HELP,
     app,
     config_dirs,
     console,
@@ -17,6 +16,12 @@ from posx.cli._app import (
     err_console,
 )
 from posx.errors import ConfigError, PosxError
+
+TRUST_HELP = (
+    "Also build _target_ classes under this module prefix (e.g. mypkg) when loading runs; "
+    "repeatable; adds to POSX_TRUST (comma-separated). posx's own classes, and the _target_s "
+    "in your config dirs (--config-dir, POSX_CONFIG_PATH), are always trusted."
+)
 
 
 @app.command(context_settings=PASS_THROUGH)

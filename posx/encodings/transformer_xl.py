@@ -152,8 +152,6 @@ class TransformerXL(PerLayer):
         span = distance_span(q_pos, k_pos)
         if span is None:
             return self._feature_attend(q, k, v, q_pos, k_pos, u, v_bias, w_r)
-        # Every distance is an integer in [lo, hi]: P_d = W_R R_d for each, and term (b) + (d)
-        # of pair (i, j) is (q_i + v) . P_{d(i, j)}, read from a per-query table.
         # The scale folded into the queries (every term is linear in them) and keys transposed
         # once: per block, a scaling pass and a copy of the transposed key slice were measurable.
         scale = q.shape[-1] ** -0.5
@@ -161,6 +159,8 @@ class TransformerXL(PerLayer):
         k_t = k.transpose(-1, -2).contiguous()  # [b, h, d_h, s]
         if consecutive_positions(q_pos, k_pos):
             return blocked_attend(v, self._shifted_scores(qu, qv, k_t, w_r), self.block_size)
+        # Every distance is an integer in [lo, hi]: P_d = W_R R_d for each, and term (b) + (d)
+        # of pair (i, j) is (q_i + v) . P_{d(i, j)}, read from a per-query table.
         lo, hi = span
         table = xl_sinusoid(torch.arange(lo, hi + 1, device=q.device), self.r_dim)
         p_t = torch.einsum("nr,hdr->hdn", table, w_r.float()).to(q.dtype)  # [h, d_h, n]

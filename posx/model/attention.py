@@ -18,6 +18,7 @@ FlexAttention cannot take gets the blocked kernel; :func:`flex_unsupported_reaso
 
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
 from collections.abc import Callable, Hashable
@@ -36,6 +37,7 @@ from posx.encodings.blocked import (
 from posx.encodings.memo import PositionMemo
 from posx.model.flex import (
     FLEX_AVAILABLE,
+    bias_per_distance,
     flex_bias_attention,
     flex_unsupported_reason,
     remember_flex_failure,
@@ -203,7 +205,8 @@ def blocked_bias_attention(
     b, h, s, _ = q.shape
     step = query_block(block_size, b, h, s)
     by_distance = relative and consecutive_positions(q_pos, k_pos)
-    tables: list[Tensor] = []  # the per-distance table, made at the first block that needs it
+    # made at the first block the memo does not hold (none when it holds them all)
+    table = functools.cache(lambda: _causal_distance_table(bias_fn, s, q.device, q.dtype))
     outputs = []
     # Last block first: its temporaries are the largest, so every later (smaller) block fits in
     # memory the allocator already holds. Growing blocks would each need a fresh, larger chunk,
@@ -214,9 +217,7 @@ def blocked_bias_attention(
 
         def masked_bias(qp: Tensor = qp, kp: Tensor = kp, i0: int = i0, i1: int = i1) -> Tensor:
             if by_distance:  # read from the table, masked and contiguous
-                if not tables:
-                    tables.append(_causal_distance_table(bias_fn, s, q.device, q.dtype))
-                return distance_block(tables[0], i0, i1).unsqueeze(0)
+                return distance_block(table(), i0, i1).unsqueeze(0)
             # Adding a [block, keys] -inf mask is one vectorised pass (masked_fill with a
             # broadcast boolean mask is several times slower on the CPU). Contiguous: biases
             # come head-last ([.., sq, sk, h] moved), and SDPA reads a strided mask 10-20%
@@ -245,9 +246,7 @@ def _causal_distance_table(
     ``1 - s``. At consecutive positions a negative distance is a future key, so the table's
     blocks come masked; the bias itself is never evaluated there (log-distance biases are not
     defined for negative distances)."""
-    distances = torch.arange(s - 1, -1, -1, device=device)
-    bias = bias_fn(distances, torch.zeros(1, dtype=distances.dtype, device=device))
-    bias = bias.reshape(bias.shape[-3], s).to(dtype)  # [(1,) h, s, 1] -> [h, s]
+    bias = bias_per_distance(bias_fn, torch.arange(s - 1, -1, -1, device=device)).to(dtype)
     return torch.cat((bias, bias.new_full((bias.shape[0], s - 1), float("-inf"))), dim=-1)
 
 

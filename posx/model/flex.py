@@ -94,9 +94,14 @@ def distance_table(q_pos: Tensor, k_pos: Tensor, bias_fn: BiasFn) -> tuple[Tenso
     lowest = q_pos.min() - k_pos.max()
     span = int(q_pos.max() - k_pos.min() - lowest) + 1
     n = 1 << (span - 1).bit_length()
-    distances = lowest + torch.arange(n, device=q_pos.device)
-    table = bias_fn(distances, torch.zeros(1, dtype=distances.dtype, device=q_pos.device))
-    return table.reshape(table.shape[-3], n), lowest
+    return bias_per_distance(bias_fn, lowest + torch.arange(n, device=q_pos.device)), lowest
+
+
+def bias_per_distance(bias_fn: BiasFn, distances: Tensor) -> Tensor:
+    """A bias of ``q - k`` alone at each of ``distances [n]`` (queries there, one key at 0):
+    ``[h, n]``."""
+    table = bias_fn(distances, torch.zeros(1, dtype=distances.dtype, device=distances.device))
+    return table.reshape(table.shape[-3], len(distances))
 
 
 def flex_score_mod(q_pos: Tensor, k_pos: Tensor, table: Tensor, lowest: Tensor) -> Callable:
