@@ -18,7 +18,6 @@ FlexAttention cannot take gets the blocked kernel; :func:`flex_unsupported_reaso
 
 from __future__ import annotations
 
-import functools
 import warnings
 import weakref
 from collections.abc import Callable, Hashable
@@ -205,8 +204,7 @@ def blocked_bias_attention(
     b, h, s, _ = q.shape
     step = query_block(block_size, b, h, s)
     by_distance = relative and consecutive_positions(q_pos, k_pos)
-    # made at the first block the memo does not hold (none when it holds them all)
-    table = functools.cache(lambda: _causal_distance_table(bias_fn, s, q.device, q.dtype))
+    table: Tensor | None = None  # made at the first block the memo does not hold
     outputs = []
     # Last block first: its temporaries are the largest, so every later (smaller) block fits in
     # memory the allocator already holds. Growing blocks would each need a fresh, larger chunk,
@@ -216,8 +214,11 @@ def blocked_bias_attention(
         qp, kp = q_pos[..., i0:i1], k_pos[..., :i1]
 
         def masked_bias(qp: Tensor = qp, kp: Tensor = kp, i0: int = i0, i1: int = i1) -> Tensor:
+            nonlocal table
             if by_distance:  # read from the table, masked and contiguous
-                return distance_block(table(), i0, i1).unsqueeze(0)
+                if table is None:
+                    table = _causal_distance_table(bias_fn, s, q.device, q.dtype)
+                return distance_block(table, i0, i1).unsqueeze(0)
             # Adding a [block, keys] -inf mask is one vectorised pass (masked_fill with a
             # broadcast boolean mask is several times slower on the CPU). Contiguous: biases
             # come head-last ([.., sq, sk, h] moved), and SDPA reads a strided mask 10-20%
