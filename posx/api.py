@@ -22,18 +22,18 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from posx.config import compose as compose_config
-from posx.config import config_dirs as config_dirs_of
-from posx.config import new_invocation, one_line, register, validate
-from posx.config_path import user_config_dirs
+from posx.config.compose import compose as compose_config
+from posx.config.compose import config_dirs as config_dirs_of
+from posx.config.compose import new_invocation, one_line, register, validate
+from posx.config.paths import user_config_dirs
+from posx.config.run_names import chosen_options, run_name, run_names
+from posx.config.trust import trusted_prefixes
 from posx.errors import Interrupted, PosxError
-from posx.labels import chosen_options, run_name, run_names
 from posx.report.data import load_evals
-from posx.results import atomic_write
 from posx.runs import evaluate_runs, train_and_evaluate
 from posx.runs.launch import mark_failed
 from posx.runs.preflight import check_buildable
-from posx.trust import trusted_prefixes
+from posx.storage.results import atomic_write
 
 __all__ = ["compose", "evaluate", "load_results", "train"]
 
@@ -113,7 +113,7 @@ def evaluate(
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         trust: Module prefixes (or exact targets) whose ``_target_`` classes may be built besides
             posx's own, as ``posx eval --trust`` (with ``POSX_TRUST`` and the user's config
-            dirs; see :mod:`posx.trust`).
+            dirs; see :mod:`posx.config.trust`).
 
     Returns:
         The rows written to the run's ``eval.csv``, one per length.

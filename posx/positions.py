@@ -205,7 +205,7 @@ def step_positions(
         step: Zero-based optimizer step.
         batch_size: Global batch size (all processes).
         length: Training length.
-        world: ``posx.distributed.World`` (``rank``, ``size``) or ``None`` for one process.
+        world: ``posx.runtime.distributed.World`` (``rank``, ``size``) or ``None`` for one process.
 
     Returns:
         ``[length]`` or ``[rows, length]`` positions on the CPU.

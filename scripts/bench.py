@@ -119,8 +119,8 @@ class Variant:
 
 
 def posx_variant(model_name: str, encoding: str, length: int) -> Variant:
-    from posx.build import build_model
-    from posx.config import compose
+    from posx.config.build import build_model
+    from posx.config.compose import compose
 
     cfg = compose([f"model={model_name}", f"encoding={encoding}", f"train.length={length}"])
     model = build_model(cfg, VOCAB)
@@ -154,7 +154,7 @@ def xt_variant(encoding: str, d: Dims, length: int) -> Variant | None:
 
 
 def model_dims(model_name: str) -> Dims:
-    from posx.config import compose
+    from posx.config.compose import compose
 
     m = compose([f"model={model_name}"]).model
     return Dims(m.d_model, m.n_layers, m.n_heads, m.d_ff)
@@ -529,8 +529,8 @@ def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Name
 
 
 def main() -> int:
-    from posx.config import CONFIG_DIR
-    from posx.results import write_csv
+    from posx.config.compose import CONFIG_DIR
+    from posx.storage.results import write_csv
 
     def names(group: str) -> list[str]:
         return sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))

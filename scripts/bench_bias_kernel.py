@@ -1,6 +1,6 @@
 """Does the blocked bias kernel pay for the masked half of its diagonal blocks?
 
-posx's bias kernel (``posx.model.attention.blocked_bias_attention``) calls the fused SDPA kernel
+posx's bias kernel (``posx.kernels.bias.blocked_bias_attention``) calls the fused SDPA kernel
 once per query block with that block's bias and causal mask folded into one tensor, so the
 kernel computes the masked (future) half of every diagonal block too. The alternative this
 script measures against it splits each block in two: the keys before the block (every one
@@ -28,9 +28,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posx.encodings.alibi import ALiBi
-from posx.encodings.blocked import future_bias
-from posx.encodings.memo import PositionMemo
-from posx.model.attention import BIAS_MEMO_ELEMENTS, blocked_bias_attention
+from posx.kernels.bias import blocked_bias_attention
+from posx.kernels.blocked import future_bias
+from posx.kernels.memo import PositionMemo
+from posx.model.attention import BIAS_MEMO_ELEMENTS
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
 

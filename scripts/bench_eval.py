@@ -3,7 +3,7 @@
 Each (encoding, length) runs in a fresh subprocess, so one measurement's peak never leaks into
 the next. A child builds the tiny model (random weights: cost does not depend on them), takes
 one held-out sequence of the length from the built-in text corpus and evaluates it through
-posx's own evaluator (``posx.evaluator.evaluate_length``, mode ``full``). It reports:
+posx's own evaluator (``posx.evaluation.sweep.evaluate_length``, mode ``full``). It reports:
 
 - seconds and tokens/s of that evaluation (after a short warm-up forward);
 - ``peak MiB``: the process's peak RSS while the length ran (CPU; the CUDA allocator's peak
@@ -40,11 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def child(encoding: str, length: int, device: str, threads: int) -> dict:
     import torch
 
-    from posx.build import build_model, build_task
-    from posx.config import compose
-    from posx.distributed import pick_device
+    from posx.config.build import build_model, build_task
+    from posx.config.compose import compose
     from posx.evaluation.protocol import resolve_protocol
-    from posx.evaluator import evaluate_length
+    from posx.evaluation.sweep import evaluate_length
+    from posx.runtime.distributed import pick_device
 
     if threads:
         torch.set_num_threads(threads)

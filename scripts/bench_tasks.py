@@ -17,11 +17,11 @@ from collections.abc import Callable
 
 import torch
 
-from posx.build import build_model, build_task
-from posx.config import compose
-from posx.config_path import choices
-from posx.distributed import pick_device
-from posx.losses import masked_loss
+from posx.config.build import build_model, build_task
+from posx.config.compose import compose
+from posx.config.paths import choices
+from posx.runtime.distributed import pick_device
+from posx.training.losses import masked_loss
 
 TEXT_TASKS = {"text", "shakespeare"}
 

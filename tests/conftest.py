@@ -39,7 +39,7 @@ def tiny_overrides(tmp_path: Path) -> list[str]:
 @pytest.fixture
 def tiny_cfg(tmp_path: Path):
     """The composed config of the tiny run (no Hydra app, no files written)."""
-    from posx.config import compose
+    from posx.config.compose import compose
 
     return compose([*TINY, f"root={tmp_path}"])
 

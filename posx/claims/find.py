@@ -10,12 +10,12 @@ import pandas as pd
 
 from posx.claims.check import LEVEL, MIN_SEEDS, Verdict, check_claims
 from posx.claims.language import ID, ClaimsFile, load_claims
-from posx.config_path import options, user_config_dirs
+from posx.config.fingerprint import saved_config
+from posx.config.paths import options, user_config_dirs
 from posx.errors import ConfigError, PosxError
-from posx.fingerprint import saved_config
 from posx.report.configs import drop_duplicate_runs
 from posx.report.data import load_evals
-from posx.results import run_info
+from posx.storage.results import run_info
 
 GROUP = "claims"  # configs/claims/NAME.yaml holds the claims of configs/experiment/NAME.yaml
 

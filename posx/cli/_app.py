@@ -49,6 +49,6 @@ def _root(
 
 def config_dirs(ctx: typer.Context) -> list[Path]:
     """The user's config dirs: ``posx --config-dir DIR ...``, then ``POSX_CONFIG_PATH``."""
-    from posx.config_path import user_config_dirs
+    from posx.config.paths import user_config_dirs
 
     return user_config_dirs((ctx.obj or {}).get("config_dirs", []))

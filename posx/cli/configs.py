@@ -23,7 +23,7 @@ def list_(
     from rich.markup import escape
     from rich.table import Table
 
-    from posx.config_path import CONFIG_DIR, GROUPS, describe_option, options
+    from posx.config.paths import CONFIG_DIR, GROUPS, describe_option, options
 
     if group is not None and group not in GROUPS:  # "encodings" means "encoding"
         group = group.rstrip("s") if group.rstrip("s") in GROUPS else group
@@ -50,7 +50,7 @@ def show_config(ctx: typer.Context) -> None:
     """Print the composed config for the given overrides (what `posx train` would run)."""
     from omegaconf import OmegaConf
 
-    from posx.config import compose
+    from posx.config.compose import compose
 
     cfg = compose(list(ctx.args), config_dirs(ctx))
     sys.stdout.write(OmegaConf.to_yaml(cfg))
@@ -68,7 +68,7 @@ def sweep_status(
     from rich.markup import escape
     from rich.table import Table
 
-    from posx.sweeps import sweep_status as status_of
+    from posx.runs.sweeps import sweep_status as status_of
 
     jobs = status_of(sweep_dir)
     colour = {"finished": "green", "failed": "red", "incomplete": "yellow", "damaged": "red",

@@ -94,7 +94,7 @@ def report(
     """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
     length, best per column marked, ranking across tasks; export tables and plots."""
     from posx.report import make_report, output_format, render, report_plots, rich_renderables
-    from posx.results import atomic_write, check_writable
+    from posx.storage.results import atomic_write, check_writable
 
     kind = output_format(fmt, output)
     # Where the report goes is checked before the results are read, not after.

@@ -43,8 +43,8 @@ def resume(
     trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
 ) -> None:
     """Continue an interrupted run from its last checkpoint (same config, same directory)."""
+    from posx.config.trust import trusted_prefixes
     from posx.runs import run_resume
-    from posx.trust import trusted_prefixes
 
     dirs = config_dirs(ctx)
     run_resume(run, debug=debug_requested(), dirs=dirs, trust=trusted_prefixes(trust, dirs))
@@ -66,7 +66,7 @@ def runs_(
 
 
 def parse_lengths(text: str) -> list[int]:
-    from posx.config import positive_lengths
+    from posx.config.compose import positive_lengths
 
     values: list[int] = []
     for part in text.split(","):
@@ -116,11 +116,11 @@ def eval_(
     (e.g. `encoding.base=40000`) and are recorded in every row, as are --mode, --window and
     --stride (in their own columns).
     """
+    from posx.config.trust import trusted_prefixes
     from posx.report.units import eval_summary
-    from posx.resources import parse_size
     from posx.runs import evaluate_runs, select_runs
     from posx.runs.evaluation import failures, protocol_overrides
-    from posx.trust import trusted_prefixes
+    from posx.runs.resources import parse_size
 
     overrides = protocol_overrides(mode, window, stride, buckets)
     overrides += [a for a in ctx.args if "=" in a]

@@ -15,7 +15,7 @@ from collections.abc import Hashable
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.memo import parameter_versions
+from posx.kernels.memo import parameter_versions
 
 
 class PositionalEncoding(nn.Module):
@@ -35,7 +35,7 @@ class PositionalEncoding(nn.Module):
     max_len: int | None = None
     relative_bias: bool = False
     # Memory per attention score (one query, key and head) when the encoding computes attention
-    # itself or learns its bias, which posx.resources uses to refuse what cannot fit before
+    # itself or learns its bias, which posx.runs.resources uses to refuse what cannot fit before
     # allocating: training keeps every score of every layer for the backward pass
     # (``score_bytes``); evaluation holds one query block's scores with their temporaries
     # (``block_score_bytes``). Encodings that keep more per score say so.

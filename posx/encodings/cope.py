@@ -20,8 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.base import as_float
-from posx.encodings.blocked import blocked_attend, future_bias
 from posx.encodings.per_layer import PerLayer
+from posx.kernels.blocked import blocked_attend, future_bias
 
 
 def cope_positions(gates: Tensor, gaps: Tensor | None = None) -> Tensor:

@@ -20,14 +20,14 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.blocked import (
+from posx.encodings.per_layer import PerLayer
+from posx.kernels.blocked import (
     MAX_BLOCK_ELEMENTS,
     FarKeys,
     blocked_attend,
     integer_distance,
     per_query,
 )
-from posx.encodings.per_layer import PerLayer
 
 
 def log_bucket_position(distance: Tensor, buckets: int, max_position: int) -> Tensor:

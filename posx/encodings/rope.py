@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, as_float, exact_dtype, relative_distance
-from posx.encodings.memo import PositionMemo
 from posx.encodings.rope_scaling import RopeScaling, base_inv_freq, scaled_inv_freq
+from posx.kernels.memo import PositionMemo
 
 
 class RoPE(PositionalEncoding):

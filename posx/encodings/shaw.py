@@ -16,14 +16,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.blocked import (
+from posx.encodings.per_layer import PerLayer
+from posx.kernels.blocked import (
     FarKeys,
     blocked_attend,
     gather_relative,
     integer_distance,
     per_query,
 )
-from posx.encodings.per_layer import PerLayer
 
 
 def shaw_index(q_pos: Tensor, k_pos: Tensor, max_relative_position: int) -> Tensor:
@@ -108,7 +108,7 @@ class Shaw(PerLayer):
             return slots @ tables.w_v.float()
 
         # Keys k or more positions back share slot 0: content score + q_i . w^K_0, value
-        # v_j + w^V_0; those go through the fused kernel (posx.encodings.blocked).
+        # v_j + w^V_0; those go through the fused kernel (posx.kernels.blocked).
         def far() -> FarKeys:
             return FarKeys(
                 distance=self.max_relative_position,

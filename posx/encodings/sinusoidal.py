@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, exact_dtype
-from posx.encodings.memo import PositionMemo
+from posx.kernels.memo import PositionMemo
 
 
 def sinusoidal_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:

@@ -10,7 +10,7 @@ scaled by ``1/sqrt(d_h)``. Terms (b) + (d) equal ``c_i . R_{i-j}`` with ``c_i = 
 and since ``R`` is made of ``sin/cos((i - j) w)``, the angle-difference identities split it into a
 query feature of position ``i`` dotted with a key feature ``[cos(j w), sin(j w)]`` of position
 ``j``. Appending those features to ``q + u`` and ``k`` turns the whole score into one dot
-product, computed query-blocked (``posx.encodings.blocked``): exact, O(s) memory, any (float)
+product, computed query-blocked (``posx.kernels.blocked``): exact, O(s) memory, any (float)
 positions. The price is the width of that dot product, ``d_h + r_dim`` instead of ``d_h``.
 
 When every position is an integer a cheaper exact route is taken: the distinct distances of a
@@ -28,14 +28,14 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.base import relative_distance
-from posx.encodings.blocked import (
+from posx.encodings.per_layer import PerLayer
+from posx.kernels.blocked import (
     ScoresFn,
     blocked_attend,
     consecutive_positions,
     gather_relative,
     relative_shift,
 )
-from posx.encodings.per_layer import PerLayer
 
 
 def xl_sinusoid(distance: Tensor, dim: int) -> Tensor:

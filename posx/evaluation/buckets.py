@@ -15,24 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from posx.errors import ConfigError
+from posx.config.compose import parse_buckets
 
 if TYPE_CHECKING:  # config validation imports this module; keep torch out of that path
     from posx.evaluation.protocol import Tally
-
-
-def parse_buckets(spec: str | int) -> str | int:
-    """``"log"`` or a positive bucket width; a :class:`ConfigError` otherwise."""
-    text = str(spec).strip().lower()
-    if text == "log":
-        return "log"
-    try:
-        width = int(text)
-    except ValueError:
-        width = 0
-    if width <= 0:
-        raise ConfigError(f"eval buckets must be 'log' or a positive width in tokens, got {spec!r}")
-    return width
 
 
 def bucket_edges(spec: str | int, length: int) -> list[int]:

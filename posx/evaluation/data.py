@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save
 
-from posx.results import atomic_write
+from posx.storage.results import atomic_write
 from posx.tasks.base import Batch, Task
 
 CACHE_DIR = ".eval_cache"

@@ -1,6 +1,7 @@
 """Model code: the decoder-only LM and its attention kernel choice."""
 
-from posx.model.attention import blocked_bias_attention, causal_attention
+from posx.kernels.bias import blocked_bias_attention
+from posx.model.attention import causal_attention
 from posx.model.transformer import TransformerLM
 
 __all__ = ["TransformerLM", "blocked_bias_attention", "causal_attention"]

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posx.encodings.base import PositionalEncoding
-from posx.encodings.memo import forward_scope
+from posx.kernels.memo import forward_scope
 from posx.model.attention import KERNELS, causal_attention
 
 

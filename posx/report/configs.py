@@ -1,6 +1,6 @@
 """Runs told apart by their whole configuration.
 
-Every eval row gets its run's config fingerprint (:mod:`posx.fingerprint`, computed from the
+Every eval row gets its run's config fingerprint (:mod:`posx.config.fingerprint`, computed from the
 run's ``.hydra/config.yaml``, else the ``fingerprint`` column it was written with) and one
 ``config:<key>`` column per identity key of that config. With those a report can:
 
@@ -24,8 +24,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from posx.config.fingerprint import Scalar, fingerprint_of, identity_config, saved_config
 from posx.errors import ConfigError
-from posx.fingerprint import Scalar, fingerprint_of, identity_config, saved_config
 
 PREFIX = "config:"
 # Columns that label a table or a row, and the config keys whose values they already show.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from posx.results import SCHEMA_VERSION
+from posx.storage.results import SCHEMA_VERSION
 
 # Columns a table must have, and the ones that must hold integers (int64) or numbers.
 REQUIRED = {

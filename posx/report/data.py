@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from posx.config.variant_names import long_label, short_label
+from posx.config.variant_names import matches as variant_matches
 from posx.errors import ConfigError, PosxError, PosxWarning
 from posx.report.configs import PREFIX, attach_configs
 from posx.report.damage import INTEGER_COLUMNS, table_problem
 from posx.report.units import AUTO_METRICS
-from posx.results import find_runs, run_info
-from posx.variants import long_label, short_label
-from posx.variants import matches as variant_matches
+from posx.storage.results import find_runs, run_info
 
 # One table per combination of these; `--by` moves some of them into the row labels instead.
 IDENTITY = ["task", "train_length", "model", "mode"]
@@ -154,8 +154,9 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def variant_labels(encodings: pd.Series, overrides: pd.Series) -> list[str]:
-    """Short variant labels (``rope+yarn×4``, :mod:`posx.variants`); variants whose short labels
-    would coincide keep every override (``rope [encoding.… …]``) so none are merged."""
+    """Short variant labels (``rope+yarn×4``, :mod:`posx.config.variant_names`); variants whose
+    short labels would coincide keep every override (``rope [encoding.… …]``) so none are
+    merged."""
     pairs = list(zip(encodings, overrides, strict=True))
     short = {pair: short_label(*pair) for pair in set(pairs)}
     owners: dict[str, set[tuple[str, str]]] = {}
@@ -185,7 +186,7 @@ def select(
         variants: Eval-time variants to keep: ``base`` (no overrides), ``all``, a short label
             or parts of one (``rope+yarn×4``, ``yarn``, ``yarnx4``), or space-separated
             ``key=value`` tokens the row's overrides must all contain
-            (:func:`posx.variants.matches`).
+            (:func:`posx.config.variant_names.matches`).
         strict: Whether a value that matches no row is an error (else it just selects none).
     """
     for option, col, wanted in (

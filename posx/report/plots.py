@@ -257,7 +257,7 @@ def _metadata(fmt: str) -> dict[str, Any]:
 
 def write_plots(figs: Figures, out_dir: Path) -> list[Path]:
     """Writes every figure as ``<stem>.png`` and ``<stem>.svg`` (atomically); returns the paths."""
-    from posx.results import atomic_write
+    from posx.storage.results import atomic_write
 
     paths = []
     for stem, fig in figs:

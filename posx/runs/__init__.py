@@ -1,8 +1,8 @@
 """Orchestration: the policies that combine training, evaluation and sweeps into runs.
 
 ``posx.cli`` parses arguments and calls these; a notebook user calls them too. Below this layer,
-:mod:`posx.trainer` trains one model and :mod:`posx.evaluator` evaluates one run; neither decides
-what happens next.
+:mod:`posx.training.loop` trains one model and :mod:`posx.evaluation.sweep` evaluates one run;
+neither decides what happens next.
 """
 
 from posx.runs.evaluation import evaluate_runs, select_runs

@@ -11,17 +11,18 @@ from typing import Any
 
 import torch
 
-from posx.build import build_model, build_positions
-from posx.checkpoint import checkpoint_dir, parameter_shapes, verify_checkpoint
-from posx.config import eval_lengths
-from posx.distributed import pick_device
+from posx.config.build import build_model, build_positions
+from posx.config.compose import eval_lengths
+from posx.config.saved import loadable_config, run_config
+from posx.config.trust import UntrustedTarget
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluation.data import CACHE_DIR, results_root
-from posx.evaluator import ROW_KEYS, evaluate_run, loadable_config
-from posx.resources import check_eval_fits
-from posx.results import check_writable, find_runs, read_table, run_config, run_info
+from posx.evaluation.sweep import ROW_KEYS, evaluate_run
+from posx.runs.resources import check_eval_fits
+from posx.runtime.distributed import pick_device
+from posx.storage.checkpoint import checkpoint_dir, parameter_shapes, verify_checkpoint
+from posx.storage.results import check_writable, find_runs, read_table, run_info
 from posx.tracking import log_eval_rows
-from posx.trust import UntrustedTarget
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,8 @@ def evaluate_runs(
         on_run: Called with each run and its rows as soon as it is done.
         on_warning: Called with each warning (a run's tracker could not take its rows);
             default: logged.
-        trust: Module prefixes whose ``_target_`` classes may be built (see :mod:`posx.trust`).
+        trust: Module prefixes whose ``_target_`` classes may be built (see
+            :mod:`posx.config.trust`).
         max_memory: Bytes an evaluation may use (None: what is available); every run and length
             is checked against an estimate before the first one starts.
 

@@ -21,8 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from posx.checkpoint import checkpoint_dir
-from posx.config import (
+from posx.config.compose import (
     CONFIG_DIR,
     compose,
     config_dirs,
@@ -32,20 +31,21 @@ from posx.config import (
     register,
     validate,
 )
-from posx.config_path import dirs_of_searchpath, searchpath_override, user_config_dirs
-from posx.distributed import barrier, broadcast_from_main, init_process_group, world
+from posx.config.paths import dirs_of_searchpath, searchpath_override, user_config_dirs
+from posx.config.run_names import chosen_options, run_names
+from posx.config.trust import check_trusted
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.evaluator import evaluate_run
-from posx.labels import chosen_options, run_names
-from posx.results import write_json
+from posx.evaluation.sweep import evaluate_run
 from posx.runs.evaluation import failures
 from posx.runs.messages import next_commands, run_summary, sweep_summary
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
+from posx.runs.sweeps import sweep_status
 from posx.runs.variants import check_variants, evaluate_variants
-from posx.sweeps import sweep_status
+from posx.runtime.distributed import barrier, broadcast_from_main, init_process_group, world
+from posx.storage.checkpoint import checkpoint_dir
+from posx.storage.results import write_json
 from posx.tracking import Trackers, check_loggers, open_trackers
-from posx.trainer import train
-from posx.trust import check_trusted
+from posx.training.loop import train
 
 log = logging.getLogger(__name__)
 

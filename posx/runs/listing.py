@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from posx.results import find_runs
+from posx.storage.results import find_runs
 
 COLUMNS = ("status", "encoding", "task", "model", "L_train", "steps", "seed", "final loss",
            "eval lengths", "run")  # fmt: skip

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from posx.progress import duration
 from posx.report.units import NAMES, auto_metric, unit
+from posx.training.progress import duration
 
 
 def _path(path: Path) -> str:

@@ -12,15 +12,21 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig
 
-from posx.build import build_model, build_positions, build_task
-from posx.config import check_group_value, compose, eval_lengths, one_line, validate
-from posx.config_path import user_config_dirs
-from posx.distributed import pick_device
+from posx.config.build import build_model, build_positions, build_task
+from posx.config.compose import check_group_value, compose, eval_lengths, one_line, validate
+from posx.config.paths import user_config_dirs
+from posx.config.trust import check_trusted
 from posx.errors import ConfigError, PosxError
-from posx.resources import ModelShape, check_eval_fits, check_fits, parse_size, train_step_bytes
-from posx.results import check_writable
+from posx.runs.resources import (
+    ModelShape,
+    check_eval_fits,
+    check_fits,
+    parse_size,
+    train_step_bytes,
+)
+from posx.runtime.distributed import pick_device
+from posx.storage.results import check_writable
 from posx.tracking import check_loggers
-from posx.trust import check_trusted
 
 # Hydra's command-line flags that take a value (``-m``/``--multirun`` and friends take none).
 # Hydra has no public API for its argument parser, so this mirrors ``hydra --help``.

@@ -11,13 +11,13 @@ import yaml
 from omegaconf import ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posx.checkpoint import check_identity, verify_checkpoint
-from posx.config import compose, one_line
-from posx.config_path import dirs_of_searchpath, user_config_dirs
+from posx.config.compose import compose, one_line
+from posx.config.paths import dirs_of_searchpath, user_config_dirs
+from posx.config.trust import check_trusted, recorded
 from posx.errors import ConfigError, PosxError
-from posx.results import check_writable, run_info
 from posx.runs.launch import run_train
-from posx.trust import check_trusted, recorded
+from posx.storage.checkpoint import check_identity, verify_checkpoint
+from posx.storage.results import check_writable, run_info
 
 
 def finished(run_dir: Path) -> str | None:
@@ -64,7 +64,7 @@ def run_resume(
     current = user_config_dirs() if dirs is None else dirs
     # The config dirs it was trained with (its hydra.yaml), after the user's own: a dir that
     # moved is found among the user's. They only supply configs: every `_target_` they name
-    # is still checked, and only the user's own dirs grant trust (see posx.trust).
+    # is still checked, and only the user's own dirs grant trust (see posx.config.trust).
     known = [d for d in dirs_of_searchpath(recorded_searchpath(run_dir)) if d.is_dir()]
     dirs = user_config_dirs([*current, *known], env=False)
     info = run_info(run_dir) if (run_dir / "run.json").is_file() else {}

@@ -14,10 +14,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from posx.build import build_model
-from posx.config import validate
+from posx.config.build import build_model
+from posx.config.compose import validate
+from posx.config.saved import apply_overrides
 from posx.errors import ConfigError
-from posx.evaluator import apply_overrides, evaluate_run
+from posx.evaluation.sweep import evaluate_run
 from posx.model.transformer import TransformerLM
 from posx.tasks.base import Task
 

@@ -25,8 +25,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 from torch import Tensor
 
-from posx.atomic import atomic_write
 from posx.errors import ConfigError, one_line
+from posx.storage.atomic import atomic_write
 
 CACHE_VERSION = 1
 CHUNK = 1 << 16  # bytes per piece handed to the tokenizer (cut after a newline where possible)

@@ -21,10 +21,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from posx.config.fingerprint import flat_config, run_fingerprint
+from posx.config.run_names import run_label
+from posx.config.saved import run_config
 from posx.errors import ConfigError, Interrupted, PosxError, one_line
-from posx.fingerprint import flat_config, run_fingerprint
-from posx.labels import run_label
-from posx.results import run_config, run_info, write_json
+from posx.storage.results import run_info, write_json
 from posx.tracking.base import RunRef, Tracker
 
 log = logging.getLogger(__name__)

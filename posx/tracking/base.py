@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posx.variants import short_label
+from posx.config.variant_names import short_label
 
 TRAIN_KEYS = ("loss", "lr", "tokens_per_s", "grad_norm")
 EVAL_METRICS = ("loss", "ppl", "bpb", "acc", "exact_match", "tokens_per_s", "seconds",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from posx.errors import ConfigError, one_line
-from posx.results import locked, write_json
+from posx.storage.results import locked, write_json
 from posx.tracking.base import RunRef, Tracker, eval_values, train_values
 
 BATCH = 100  # MLflow's limit of params per log_batch call

@@ -13,14 +13,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from posx.build import build_encoding, build_model
-from posx.config import CONFIG_DIR, compose
+from posx.config.build import build_encoding, build_model
+from posx.config.compose import CONFIG_DIR, compose
 from posx.encodings.base import NoPE
 from posx.encodings.rope import RoPE
 from posx.evaluation.memory import PeakMemory
-from posx.model.attention import blocked_bias_attention, causal_attention
-from posx.model.flex import flex_bias_attention, flex_unsupported_reason
-from posx.precision import autocast_context, grad_scaler
+from posx.kernels.bias import blocked_bias_attention
+from posx.kernels.flex import flex_bias_attention, flex_unsupported_reason
+from posx.model.attention import causal_attention
+from posx.runtime.precision import autocast_context, grad_scaler
 
 pytestmark = pytest.mark.cuda
 

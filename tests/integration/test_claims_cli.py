@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
-from report_trees import make_seed_tree  # noqa: E402
-from test_claims_check import TEXT, write_claims  # noqa: E402
+from tests.unit.claims.test_claims_check import TEXT, write_claims
+from tests.unit.report.report_trees import make_seed_tree
 
 
 def posx(*args: str) -> subprocess.CompletedProcess:

@@ -109,16 +109,16 @@ def test_bad_protocol_input_is_one_line_and_writes_nothing(cli, run, args, text)
 
 def test_a_failed_length_prints_its_reason_and_exits_1(cli, run, monkeypatch):
     """A length that fails (out of memory, a bug) is never a silent exit 0."""
-    import posx.evaluator
+    import posx.evaluation.sweep
 
-    real = posx.evaluator.evaluate_length
+    real = posx.evaluation.sweep.evaluate_length
 
     def fail_at_32(model, task, data, protocol, *args, **kwargs):  # noqa: ANN001, ANN202
         if data.inputs.shape[1] == 32:
             raise RuntimeError("out of memory: tried to allocate 9 GiB")
         return real(model, task, data, protocol, *args, **kwargs)
 
-    monkeypatch.setattr(posx.evaluator, "evaluate_length", fail_at_32)
+    monkeypatch.setattr(posx.evaluation.sweep, "evaluate_length", fail_at_32)
     out = cli("eval", str(run), "--lengths", "16,32", "--no-progress")
     assert out.returncode == 1, out.stderr
     assert "L=32 (full): out of memory: tried to allocate 9 GiB" in out.stderr

@@ -102,9 +102,9 @@ def check_sweeps(root: Path) -> None:
 def test_two_sweeps_started_in_the_same_second_do_not_collide(cli, tmp_path, monkeypatch):
     """Sweep directories are named <time>_<random id>; with the clock frozen, only the id
     separates them."""
-    import posx.config
+    import posx.config.compose
 
-    monkeypatch.setattr(posx.config.time, "strftime", lambda *_: "20250101-000000")
+    monkeypatch.setattr(posx.config.compose.time, "strftime", lambda *_: "20250101-000000")
     args = ["train", "-m", "seed=0,1", *TINY, "train.steps=3", "eval.lengths=[16]"]
     for _ in range(2):
         out = cli(*args, f"root={tmp_path}")

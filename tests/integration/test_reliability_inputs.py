@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from posx.results import atomic_write
+from posx.storage.results import atomic_write
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

@@ -1,10 +1,10 @@
 """kill -9 during a table or checkpoint write leaves the previous complete file in place.
 
-A real subprocess (this file run as a script) imports posx once, then forks writer processes
-that loop over ``posx.results`` functions and SIGKILLs each one: some at random moments, some at
-the exact points where a non-atomic writer would leave a broken file (temporary file written but
-not renamed, lock held, between the two renames of a checkpoint swap). After every kill the file
-must parse and hold one whole version, never older than the last one seen.
+A real subprocess (this file run as a script) imports posx once, then forks writer processes that
+loop over ``posx.storage.results`` functions and SIGKILLs each one: some at random moments, some at
+the exact points where a non-atomic writer would leave a broken file (temporary file written but not
+renamed, lock held, between the two renames of a checkpoint swap). After every kill the file must
+parse and hold one whole version, never older than the last one seen.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def csv_writer(path: Path, start: int, point: str, notify: int) -> None:
     """Rewrites every row of ``path`` with a new version, forever (until killed)."""
     import fcntl
 
-    from posx.results import merge_rows
+    from posx.storage.results import merge_rows
 
     calls = {"n": 0}
 
@@ -133,7 +133,7 @@ def set_version(model, optimizer, version: int) -> None:  # noqa: ANN001
 
 
 def checkpoint_writer(run_dir: Path, start: int, point: str, notify: int) -> None:
-    from posx.checkpoint import save_checkpoint
+    from posx.storage.checkpoint import save_checkpoint
 
     model, optimizer = make_model()
     calls = {"n": 0}
@@ -175,7 +175,7 @@ def check_table(path: Path) -> int:
 def check_checkpoint(run_dir: Path) -> int:
     import torch
 
-    from posx.checkpoint import load_checkpoint
+    from posx.storage.checkpoint import load_checkpoint
 
     model, optimizer = make_model()
     set_version(model, optimizer, -1)
@@ -203,12 +203,12 @@ def kill_loop(kind: str, folder: Path, plan: list[str]) -> list[dict[str, object
     rng = random.Random(0)
     if kind == "table":
         target, writer, check = folder / "eval.csv", csv_writer, check_table
-        from posx.results import merge_rows
+        from posx.storage.results import merge_rows
 
         merge_rows(target, table(0), KEYS)
     else:
         target, writer, check = folder, checkpoint_writer, check_checkpoint
-        from posx.checkpoint import save_checkpoint
+        from posx.storage.checkpoint import save_checkpoint
 
         model, optimizer = make_model()
         set_version(model, optimizer, 0)

@@ -242,9 +242,9 @@ def test_nan_loss_without_periodic_checkpoints_says_so(tmp_path):
 def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path, monkeypatch):
     """No natural config makes the weights non-finite while the loss stays finite, so the
     optimizer is poisoned after its third step (test-only)."""
-    import posx.trainer
+    import posx.training.loop
 
-    real = posx.trainer.make_optimizer
+    real = posx.training.loop.make_optimizer
 
     def poisoned(model, cfg, device):  # noqa: ANN001, ANN202
         optimizer = real(model, cfg, device)
@@ -261,7 +261,7 @@ def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path, monkeypatc
         optimizer.step = step_then_poison
         return optimizer
 
-    monkeypatch.setattr(posx.trainer, "make_optimizer", poisoned)
+    monkeypatch.setattr(posx.training.loop, "make_optimizer", poisoned)
     code, err, run = train(tmp_path, "train.checkpoint_every=1")
     line = one_line(err)
     assert code == 1 and run is not None

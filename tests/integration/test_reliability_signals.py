@@ -62,9 +62,9 @@ def interrupt_at(monkeypatch, step: int, times: int, signum: int = signal.SIGINT
     """Sends this process ``times`` SIGINTs (or ``signum``) while the loss of ``step`` is
     computed (as a user pressing Ctrl-C; the handler runs at once, in the main thread, as in a
     terminal)."""
-    import posx.trainer
+    import posx.training.loop
 
-    real, calls = posx.trainer.masked_loss, []
+    real, calls = posx.training.loop.masked_loss, []
 
     def loss_then_interrupt(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         calls.append(1)
@@ -73,7 +73,7 @@ def interrupt_at(monkeypatch, step: int, times: int, signum: int = signal.SIGINT
                 os.kill(os.getpid(), signum)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(posx.trainer, "masked_loss", loss_then_interrupt)
+    monkeypatch.setattr(posx.training.loop, "masked_loss", loss_then_interrupt)
 
 
 def test_ctrl_c_during_training_checkpoints_and_exits_130(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import posx.resources
+import posx.runs.resources
 
 GIB = 2**30
 
@@ -18,7 +18,7 @@ GIB = 2**30
 def twelve_gib(monkeypatch):
     """A machine with 12 GiB available (the issue's limit), whatever this one has."""
     monkeypatch.setattr(
-        posx.resources, "available_bytes", lambda device: (12 * GIB, "the 12.0 GiB available")
+        posx.runs.resources, "available_bytes", lambda device: (12 * GIB, "the 12.0 GiB available")
     )
 
 

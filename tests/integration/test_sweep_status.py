@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from posx.sweeps import sweep_status
+from posx.runs.sweeps import sweep_status
 
 
 @pytest.mark.slow
@@ -54,7 +54,7 @@ def test_sweep_jobs_are_expanded_in_hydras_order():
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from posx.sweeps import expand_sweep
+    from posx.runs.sweeps import expand_sweep
 
     for overrides in (
         ["encoding=nope,rope", "seed=0,1,2", "train.steps=5"],

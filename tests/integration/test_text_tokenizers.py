@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from posx.config import compose
-from posx.evaluator import evaluate_run
+from posx.config.compose import compose
+from posx.evaluation.sweep import evaluate_run
 from posx.runs.launch import train_and_evaluate
 
 WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "a", "on"]

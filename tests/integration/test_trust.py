@@ -59,7 +59,7 @@ POISONS = {
         }
     },
     "posx function, not a class": lambda m: {
-        "positions": {"_target_": "posx.results.atomic_write", "path": m, "data": "x"}
+        "positions": {"_target_": "posx.storage.results.atomic_write", "path": m, "data": "x"}
     },
     "attribute path through a posx module": lambda m: {
         "positions": {

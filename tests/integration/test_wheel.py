@@ -73,7 +73,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 def test_installed_wheel_trains_evaluates_and_reports_from_anywhere(installed, tmp_path):
     venv, env = installed
-    code = "import posx.config_path as c; print(c.CONFIG_DIR)"
+    code = "import posx.config.paths as c; print(c.CONFIG_DIR)"
     where = run([str(venv / "bin" / "python"), "-c", code], tmp_path, env)
     assert Path(where.strip()).is_relative_to(venv) and where.strip().endswith("posx/configs")
 

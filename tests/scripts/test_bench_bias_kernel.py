@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from posx.encodings.alibi import ALiBi
-from posx.model.attention import blocked_bias_attention
+from posx.kernels.bias import blocked_bias_attention
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_bias_kernel.py"
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from posx.build import build_model
-from posx.config import compose
+from posx.config.build import build_model
+from posx.config.compose import compose
 from posx.model.transformer import TransformerLM
 
 TINY = ["model.d_model=32", "model.n_heads=4", "model.n_layers=2", "train.length=16"]

@@ -19,8 +19,8 @@ def test_import_posx_is_light():
 
 
 def test_the_api_functions_are_not_hidden_by_modules():
-    import posx.evaluator
-    import posx.trainer  # noqa: F401  (importing a submodule sets the package's attribute)
+    import posx.evaluation.sweep
+    import posx.training.loop  # noqa: F401  (importing a submodule sets the package's attribute)
 
     assert {f.__module__ for f in (posx.compose, posx.train, posx.evaluate)} == {"posx.api"}
     assert posx.load_results.__module__ == "posx.api" and "train" in dir(posx)

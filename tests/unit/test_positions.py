@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from posx.build import build_model, build_positions, build_task
-from posx.config import compose
-from posx.distributed import World
+from posx.config.build import build_model, build_positions, build_task
+from posx.config.compose import compose
 from posx.errors import ConfigError
 from posx.positions import (
     PoSEPositions,
@@ -20,7 +19,8 @@ from posx.positions import (
     randomized_positions,
     step_positions,
 )
-from posx.trainer import run_meta
+from posx.runtime.distributed import World
+from posx.training.loop import run_meta
 
 TINY = ["model.d_model=32", "model.n_heads=4", "model.n_layers=1", "train.length=16"]
 
@@ -120,7 +120,7 @@ def test_run_label_names_the_strategy(tmp_path: Path):
 def test_training_with_randomized_positions_feeds_them_to_the_model(tmp_path: Path, monkeypatch):
     """The training loop hands the sampled ``[b, s]`` positions to the model."""
     from posx.model.transformer import TransformerLM
-    from posx.trainer import train
+    from posx.training.loop import train
 
     seen: list[torch.Tensor] = []
     forward = TransformerLM.forward

@@ -17,8 +17,8 @@ from posx.encodings.dynamic_bias import DynamicBias
 from posx.encodings.fire import FIRE
 from posx.encodings.kerple import KerpleLog, KerplePower
 from posx.encodings.sandwich import Sandwich
-from posx.model.attention import blocked_bias_attention
-from posx.model.flex import FLEX_AVAILABLE, flex_bias_attention, flex_unsupported_reason
+from posx.kernels.bias import blocked_bias_attention
+from posx.kernels.flex import FLEX_AVAILABLE, flex_bias_attention, flex_unsupported_reason
 
 POS = torch.arange(12)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posx.config import CONFIG_DIR
+from posx.config.compose import CONFIG_DIR
 from posx.encodings.base import PositionalEncoding
 from posx.encodings.rope_scaling import SCALING_TYPES
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from posx.config import CONFIG_DIR
+from posx.config.compose import CONFIG_DIR
 from posx.encodings.alibi_learned import ALiBiLearned
 from posx.encodings.kerple import KerpleLog
 from posx.encodings.per_layer import LayerView, PerLayer

@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posx.build import build_encoding
-from posx.config import compose
+from posx.config.build import build_encoding
+from posx.config.compose import compose
+from posx.config.saved import apply_overrides
 from posx.encodings.rope import RoPE
 from posx.encodings.rope_scaling import (
     RopeScaling,
@@ -21,7 +22,6 @@ from posx.encodings.rope_scaling import (
     yarn_ramp_range,
 )
 from posx.errors import ConfigError
-from posx.evaluator import apply_overrides
 
 
 def _freqs(base: float, d: int) -> list[float]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from posx.config.compose import parse_buckets
 from posx.errors import ConfigError
-from posx.evaluation.buckets import bucket_edges, bucket_rows, parse_buckets
+from posx.evaluation.buckets import bucket_edges, bucket_rows
 from posx.evaluation.protocol import Tally
 
 

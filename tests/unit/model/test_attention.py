@@ -9,12 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posx.config import CONFIG_DIR
+from posx.config.compose import CONFIG_DIR
 from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE
 from posx.encodings.rope import RoPE
 from posx.encodings.t5 import T5Bias
-from posx.model.attention import blocked_bias_attention, causal_attention
+from posx.kernels.bias import blocked_bias_attention
+from posx.model.attention import causal_attention
 
 B, H, S, D = 2, 4, 19, 8
 

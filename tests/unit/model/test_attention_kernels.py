@@ -21,22 +21,24 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posx.build import build_encoding, build_model
-from posx.config import CONFIG_DIR, compose
-from posx.encodings import blocked
+from posx.config.build import build_encoding, build_model
+from posx.config.compose import CONFIG_DIR, compose
 from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE, PositionalEncoding
-from posx.encodings.blocked import query_block
 from posx.encodings.fire import FIRE
-from posx.model import attention
-from posx.model.attention import KERNELS, blocked_bias_attention, choose_kernel
-from posx.model.flex import (
+from posx.kernels import bias as bias_kernel
+from posx.kernels import blocked
+from posx.kernels.bias import blocked_bias_attention
+from posx.kernels.blocked import query_block
+from posx.kernels.flex import (
     FLEX_AVAILABLE,
     distance_table,
     flex_bias_attention,
     flex_score_mod,
     flex_unsupported_reason,
 )
+from posx.model import attention
+from posx.model.attention import KERNELS, choose_kernel
 
 B, H, S, D = 2, 4, 37, 16
 N_LAYERS = 2
@@ -294,7 +296,7 @@ def test_learned_bias_cpu_shortcut_equals_the_sdpa_call_cuda_makes(name):
     enc, pos = encoding_of(name), positions("per_row")
     owner = getattr(enc, "owner", enc)
     results = []
-    for attend in (attention._attention_with_learned_bias, F.scaled_dot_product_attention):
+    for attend in (bias_kernel._attention_with_learned_bias, F.scaled_dot_product_attention):
         q, k, v = qkv(4, grad=True)
         owner.zero_grad(set_to_none=True)
         bias = enc.bias(pos, pos).masked_fill(torch.ones(S, S).triu(1).bool(), float("-inf"))
@@ -425,7 +427,7 @@ PROBE = """
 import torch
 from posx.encodings.alibi import ALiBi
 from posx.evaluation.memory import PeakMemory
-from posx.model.attention import blocked_bias_attention
+from posx.kernels.bias import blocked_bias_attention
 torch.set_num_threads(1)
 s = 16384
 x = torch.randn(1, s, 3 * 64)

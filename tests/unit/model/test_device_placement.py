@@ -14,13 +14,13 @@ import warnings
 import pytest
 import torch
 
-from posx.config import CONFIG_DIR
-from posx.encodings.memo import PositionMemo
+from posx.config.compose import CONFIG_DIR
 from posx.encodings.rope import RoPE
 from posx.encodings.rope_scaling import SCALING_TYPES
 from posx.encodings.sandwich import Sandwich
 from posx.encodings.t5 import T5Bias
-from posx.model.flex import FLEX_AVAILABLE, distance_table, flex_bias_attention
+from posx.kernels.flex import FLEX_AVAILABLE, distance_table, flex_bias_attention
+from posx.kernels.memo import PositionMemo
 
 CASES = [(n.stem, ()) for n in sorted((CONFIG_DIR / "encoding").glob("*.yaml"))] + [
     ("rope", (f"encoding.scaling.type={kind}", "encoding.scaling.factor=4"))

@@ -7,9 +7,9 @@ import re
 import pytest
 import torch
 
-from posx.build import build_task
-from posx.config import compose
-from posx.config_path import choices, describe_option
+from posx.config.build import build_task
+from posx.config.compose import compose
+from posx.config.paths import choices, describe_option
 from posx.tasks.synthetic.common import SyntheticTask
 
 TEXT_TASKS = {"text", "text_bpe", "shakespeare"}

@@ -1,0 +1,223 @@
+"""The length sweep: evaluate a trained run at many lengths, one ``eval.csv`` row per length and
+one ``eval_positions.csv`` row per (length, position bucket).
+
+Each row records its protocol (``mode``, ``window``, ``stride``; see
+:mod:`posx.evaluation.protocol`) and its eval-time ``overrides``, so no number is ambiguous.
+Every run of a task reads the same held-out sequences at a given length and seed (cached under
+the results root, :mod:`posx.evaluation.data`). Memory per length: :mod:`posx.evaluation.memory`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from posx.config.build import build_model, build_positions, build_task
+from posx.config.fingerprint import run_fingerprint
+from posx.config.saved import loadable_config, recorded_overrides
+from posx.errors import PosxError
+from posx.evaluation.buckets import bucket_rows
+from posx.evaluation.data import CACHE_DIR, eval_set, results_root
+from posx.evaluation.memory import PeakMemory
+from posx.evaluation.protocol import Protocol, Tally, resolve_protocol, score
+from posx.model.transformer import TransformerLM
+from posx.runtime.distributed import pick_device
+from posx.runtime.precision import autocast_context, precision_name
+from posx.storage.checkpoint import load_checkpoint
+from posx.storage.results import SCHEMA_VERSION, merge_rows, run_info
+from posx.tasks.base import Batch, Task
+from posx.tasks.text import sequences_for
+
+ROW_KEYS = ["eval_length", "mode", "window", "stride", "overrides"]
+
+
+def metrics(
+    tally: Tally, task: Task, seconds: float, text_bytes: int | None = None
+) -> dict[str, Any]:
+    """The row's metrics from the sums of one length (means over scored tokens); bits per byte
+    divide the total nats by the ``text_bytes`` the scored tokens stand for (text only)."""
+    scored = int(tally.count.sum())
+    loss = float(tally.loss.sum()) / max(scored, 1)
+    answered = int((tally.seq_count > 0).sum())
+    return {
+        "loss": loss,
+        "ppl": math.exp(min(loss, 80.0)),
+        "bpb": float(tally.loss.sum()) / math.log(2) / text_bytes if text_bytes else math.nan,
+        "bytes": text_bytes if text_bytes else math.nan,
+        "acc": int(tally.hits.sum()) / max(scored, 1),
+        "exact_match": int(tally.exact.sum()) / max(answered, 1) if task.exact_match else math.nan,
+        "tokens": scored,
+        "sequences": len(tally.seq_count),
+        "seconds": seconds,
+        "tokens_per_s": tally.forward_tokens / max(seconds, 1e-9),
+        "forward_tokens": tally.forward_tokens,
+    }
+
+
+@torch.inference_mode()
+def evaluate_length(
+    model: TransformerLM,
+    task: Task,
+    data: Batch,
+    protocol: Protocol,
+    ecfg: DictConfig,
+    device: torch.device,
+    on_batch: Any = None,
+    positions: Any = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Metrics of ``model`` on the eval set ``data`` (``[n, L]``) read under ``protocol``.
+
+    Returns:
+        The row's metrics (with peak memory and the task's per-sequence metrics) and the
+        per-position bucket rows.
+    """
+    start = time.perf_counter()
+    with PeakMemory(device) as mem, autocast_context(device, ecfg.precision):
+        tally = score(model, data, protocol, ecfg.batch_tokens, device, on_batch, positions)
+    row = metrics(tally, task, time.perf_counter() - start, task.text_bytes(data))
+    row.update(peak_mem_mb=mem.peak_mb, mem_delta_mb=mem.delta_mb)
+    row.update(precision=precision_name(ecfg.precision, device))
+    # The report measures exact match above this; it never rebuilds the task to learn it.
+    row.update(chance=task.chance(data) if task.exact_match else math.nan)
+    row.update(task.sequence_metrics(data, tally.exact))  # e.g. passkey's accuracy by depth
+    return row, bucket_rows(tally, ecfg.buckets)
+
+
+def evaluate_model(
+    model: TransformerLM,
+    task: Task,
+    lengths: list[int],
+    cfg: DictConfig,
+    device: torch.device,
+    cache_dir: Path | None = None,
+    progress: Progress | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Eval rows (one per length) and bucket rows; a length that cannot run is a row with its
+    status and reason, never an exception."""
+    ecfg = cfg.eval
+    strategy = build_positions(cfg)  # the run's position strategy (randomized may sample here)
+    model.eval()
+    task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
+    bar = progress.add_task("eval", total=len(lengths), what="") if progress else None
+    rows, buckets = [], []
+    for done, length in enumerate(lengths):
+        proto = resolve_protocol(ecfg.mode, length, ecfg.window, ecfg.stride, cfg.train.length)
+        row: dict[str, Any] = {
+            "eval_length": length,
+            "mode": proto.mode,
+            "window": proto.window,
+            "stride": proto.stride,
+            "status": "ok",
+            "reason": "",
+        }
+        # The model reads `window` tokens at once (= length in full mode), so a learned
+        # absolute encoding can still be evaluated at any length in sliding mode.
+        reason = model.encoding.unsupported_reason(proto.window) or strategy.unsupported_reason(
+            proto.window
+        )
+        if reason:
+            row.update(status="unsupported", reason=reason)
+        else:
+            try:
+                n = sequences_for(ecfg.tokens, length)
+                data = eval_set(task, length, n, ecfg.seed, cache_dir, task_cfg)
+
+                def on_batch(i: int, total: int, done: int = done, length: int = length) -> None:
+                    if progress is not None and bar is not None:
+                        progress.update(bar, completed=done + i / total, what=f"L={length}")
+
+                metrics_, position_rows = evaluate_length(
+                    model, task, data, proto, ecfg, device, on_batch, strategy.evaluator(ecfg.seed)
+                )
+                row.update(metrics_)
+                buckets += [{**row_key(row), **b} for b in position_rows]
+            except (RuntimeError, ValueError, PosxError) as err:  # e.g. out of memory
+                row.update(status="failed", reason=str(err).strip().splitlines()[0][:300])
+        rows.append(row)
+    return rows, buckets
+
+
+def row_key(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in ("eval_length", "mode", "window", "stride", "status", "reason")}
+
+
+def evaluate_run(
+    run_dir: Path,
+    lengths: list[int],
+    overrides: list[str] | None = None,
+    model: TransformerLM | None = None,
+    task: Task | None = None,
+    cfg: DictConfig | None = None,
+    device: str = "auto",
+    progress: bool = False,
+    cache_dir: Path | None = None,
+    trust: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Evaluates one run at ``lengths``; merges rows into ``eval.csv`` and ``eval_positions.csv``.
+
+    Model, task and config are rebuilt from the run directory unless the caller (training)
+    passes them in. Rows with the same (length, mode, window, stride, overrides) are replaced.
+
+    Args:
+        run_dir: The run directory.
+        lengths: Eval lengths.
+        overrides: Eval-time ``key=value`` overrides (``eval.mode=sliding`` etc. included).
+        model: Trained model (with ``task`` and ``cfg``), instead of loading the checkpoint.
+        task: The run's task.
+        cfg: The run's config.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        progress: Show a progress bar for this run.
+        cache_dir: Held-out data cache (default ``<results root>/.eval_cache``).
+        trust: Module prefixes whose ``_target_`` classes may be built besides posx's own
+            (see :mod:`posx.config.trust`); used when the run is loaded from its directory.
+
+    Returns:
+        The eval rows written.
+    """
+    overrides = sorted(overrides or [])
+    info = run_info(run_dir)
+    if model is None or task is None or cfg is None:
+        cfg = loadable_config(run_dir, overrides, trust)
+        task = build_task(cfg, results_root(run_dir))
+        model = build_model(cfg, task.vocab_size)
+        load_checkpoint(run_dir, model)
+        model.to(pick_device(device))
+    dev = next(model.parameters()).device
+    cache = cache_dir or results_root(run_dir) / CACHE_DIR
+    bar = Progress(
+        TextColumn(f"[bold]{run_dir.name}[/] eval"),
+        BarColumn(),
+        TextColumn("{task.fields[what]}"),
+        TimeElapsedColumn(),
+        disable=not progress,
+        transient=True,
+    )
+    with bar:
+        rows, buckets = evaluate_model(model, task, lengths, cfg, dev, cache, bar)
+    ident = {
+        "schema_version": SCHEMA_VERSION,
+        "run": info["run"],
+        "encoding": info["encoding"],
+        "task": info["task"],
+        "model": info["model"],
+        "seed": info["seed"],
+        "train_length": info["train_length"],
+        "overrides": recorded_overrides(overrides),
+        "eval_seed": cfg.eval.seed,
+        # from the saved config: `cfg` here carries the eval-time overrides
+        "fingerprint": run_fingerprint(run_dir) or info.get("fingerprint", ""),
+        "device": dev.type,
+    }
+    rows = [{**ident, **r} for r in rows]
+    merge_rows(run_dir / "eval.csv", rows, ROW_KEYS)
+    merge_rows(
+        run_dir / "eval_positions.csv", [{**ident, **b} for b in buckets], ROW_KEYS, replaces=rows
+    )
+    return rows

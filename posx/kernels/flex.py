@@ -1,0 +1,164 @@
+"""FlexAttention for relative biases: a ``score_mod`` that reads a per-distance table.
+
+FlexAttention's compiler (Inductor, on CUDA and CPU alike) lowers a ``score_mod`` as scalar code.
+A ``score_mod`` that calls an encoding's vectorised ``bias`` on one (query, key) pair and picks
+head ``h`` from the ``[h]`` result does not lower: a reshape fails to compile, and a per-head
+vector indexed by ``h`` compiles to wrong values. So the bias is evaluated eagerly, once per
+distance, into a ``[h, distances]`` table (with its autograd history), and the ``score_mod``
+indexes that table: exact for an encoding whose bias depends on ``q - k`` alone
+(``encoding.relative_bias``); any other bias keeps the blocked kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+BiasFn = Callable[[Tensor, Tensor], Tensor]
+
+try:  # FlexAttention arrived in torch 2.5; without it every bias takes the blocked path.
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    FLEX_AVAILABLE = True
+except ImportError:  # pragma: no cover - depends on the installed torch
+    FLEX_AVAILABLE = False
+
+
+class BiasEncoding(Protocol):
+    """What FlexAttention reads of an encoding. :class:`posx.encodings.base.PositionalEncoding`
+    satisfies it; kernels sit below the encodings and never import them."""
+
+    relative_bias: bool
+
+    @property
+    def has_bias(self) -> bool: ...
+
+
+# encoding -> why FlexAttention failed for it once (it then keeps the blocked kernel)
+_FLEX_FAILED: weakref.WeakKeyDictionary[BiasEncoding, str] = weakref.WeakKeyDictionary()
+
+
+def flex_unsupported_reason(
+    encoding: BiasEncoding, flex_available: bool = FLEX_AVAILABLE
+) -> str | None:
+    """Why ``encoding``'s bias cannot run in FlexAttention, or ``None`` when it can.
+
+    FlexAttention's compiler lowers a ``score_mod`` as scalar code: it cannot call a bias that
+    builds a per-head vector (it fails or, worse, compiles to wrong values). posx therefore
+    evaluates the bias once per distance into a ``[h, distances]`` table and the ``score_mod``
+    reads one entry, which is exact only for a bias of ``q - k`` alone (``relative_bias``).
+    """
+    if not flex_available:
+        return "this torch has no FlexAttention (it needs torch >= 2.5)"
+    if not encoding.has_bias:
+        return f"{type(encoding).__name__} adds no attention bias"
+    if not encoding.relative_bias:
+        return (
+            f"{type(encoding).__name__}'s bias is not a function of the distance q - k alone "
+            "(relative_bias is False), so no per-distance table can stand for it"
+        )
+    return _FLEX_FAILED.get(encoding)
+
+
+def remember_flex_failure(encoding: BiasEncoding, err: Exception) -> None:
+    """Records why FlexAttention failed for ``encoding``: it keeps the blocked kernel after."""
+    _FLEX_FAILED[encoding] = f"FlexAttention failed for it: {type(err).__name__}: {err}"
+
+
+def _causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    return q_idx >= kv_idx
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_block_mask(sq: int, sk: int, device: str) -> object:
+    # Depends only on the sizes, so one mask serves every layer and batch of a length.
+    return create_block_mask(_causal, None, None, sq, sk, device=device)
+
+
+@functools.cache
+def _compiled_flex() -> Callable[..., Tensor]:
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def distance_table(q_pos: Tensor, k_pos: Tensor, bias_fn: BiasFn) -> tuple[Tensor, Tensor]:
+    """A relative bias evaluated once per distance, for a ``score_mod`` to index.
+
+    Covers every ``q_pos - k_pos`` the positions can form (negative ones too: explicit positions
+    need not increase), padded to a power of two so that a batch with other positions but a
+    similar spread reuses the compiled kernel.
+
+    Args:
+        q_pos: Integer query positions ``[sq]`` or ``[b, sq]``.
+        k_pos: Integer key positions ``[sk]`` or ``[b, sk]``.
+        bias_fn: A bias of ``q - k`` alone: ``(q_pos [n], k_pos [1]) -> [h, n, 1]``.
+
+    Returns:
+        ``(table [h, n], lowest)``: ``table[:, d - lowest]`` is the bias at distance ``d``;
+        ``lowest`` is a 0-d tensor (a value, so a new one does not recompile).
+    """
+    lowest = q_pos.min() - k_pos.max()
+    span = int(q_pos.max() - k_pos.min() - lowest) + 1
+    n = 1 << (span - 1).bit_length()
+    return bias_per_distance(bias_fn, lowest + torch.arange(n, device=q_pos.device)), lowest
+
+
+def bias_per_distance(bias_fn: BiasFn, distances: Tensor) -> Tensor:
+    """A bias of ``q - k`` alone at each of ``distances [n]`` (queries there, one key at 0):
+    ``[h, n]``."""
+    table = bias_fn(distances, torch.zeros(1, dtype=distances.dtype, device=distances.device))
+    return table.reshape(table.shape[-3], len(distances))
+
+
+def flex_score_mod(q_pos: Tensor, k_pos: Tensor, table: Tensor, lowest: Tensor) -> Callable:
+    """The ``score_mod`` adding ``table[h, q_pos - k_pos - lowest]`` (see
+    :func:`distance_table`). Scalar code, as FlexAttention's compiler requires; its indexing
+    also broadcasts, so tests can evaluate it densely on the CPU, where FlexAttention has no
+    backward."""
+    per_row = q_pos.dim() == 2
+    last = table.shape[-1] - 1
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        qp = q_pos[b, q_idx] if per_row else q_pos[q_idx]
+        kp = k_pos[b, kv_idx] if per_row else k_pos[kv_idx]
+        return score + table[h, (qp - kp - lowest).clamp(0, last)].to(score.dtype)
+
+    return score_mod
+
+
+def flex_bias_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    bias_fn: BiasFn,
+    compile: bool = True,
+) -> Tensor:
+    """Causal attention with a relative bias added inside FlexAttention's ``score_mod``.
+
+    Compiled, it never materialises a score or bias matrix: the bias is a ``[h, distances]``
+    table (with its autograd history, so learned biases get gradients on CUDA).
+
+    Args:
+        q: Queries ``[b, h, s, d_h]``.
+        k: Keys ``[b, h, s, d_h]``.
+        v: Values ``[b, h, s, d_h]``.
+        q_pos: Integer query positions ``[s]`` or ``[b, s]``.
+        k_pos: Integer key positions ``[s]`` or ``[b, s]``.
+        bias_fn: A bias of ``q - k`` alone (see :func:`distance_table`).
+        compile: Use the compiled fused kernel (``False``: FlexAttention's unfused reference,
+            which materialises the scores; for tests).
+
+    Returns:
+        ``[b, h, s, d_h]``.
+    """
+    table, lowest = distance_table(q_pos, k_pos, bias_fn)
+    score_mod = flex_score_mod(q_pos, k_pos, table, lowest)
+    mask = _causal_block_mask(q.shape[-2], k.shape[-2], str(q.device))
+    attend = _compiled_flex() if compile else flex_attention
+    return attend(q, k, v, score_mod=score_mod, block_mask=mask)

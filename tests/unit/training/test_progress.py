@@ -1,0 +1,82 @@
+"""Training progress: a live bar on a terminal, plain periodic lines otherwise, all in the log."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+from posx.logs import StderrFilter, StdoutFilter
+from posx.runs.messages import eval_table
+from posx.training import progress as progress_module
+from posx.training.progress import TrainProgress, duration, progress_line
+
+ROW = {"loss": 2.5, "lr": 3e-3, "tokens_per_s": 1234.5, "grad_norm": 0.51, "seconds": 75.0}
+
+
+def lines(caplog, on_terminal: bool, monkeypatch, every: float, steps=(10, 20, 30)):
+    monkeypatch.setattr(progress_module, "stdout_is_terminal", lambda: on_terminal)
+    caplog.set_level(logging.INFO, logger="posx")
+    with TrainProgress(30, 0, True, every) as bar:
+        for step in steps:
+            bar.update(step, ROW)
+    return [r for r in caplog.records if r.name == "posx.train"]
+
+
+def test_piped_stdout_gets_plain_lines(caplog, monkeypatch):
+    records = lines(caplog, False, monkeypatch, every=0)
+    assert [r.getMessage().split(" (")[0] for r in records] == [
+        "step 10/30", "step 20/30", "step 30/30"
+    ]  # fmt: skip
+    assert all(getattr(r, "console", True) for r in records)  # printed, not only in the file
+
+
+def test_on_a_terminal_lines_go_to_the_log_file_only(caplog, monkeypatch):
+    records = lines(caplog, True, monkeypatch, every=0)
+    assert len(records) == 3 and not any(r.console for r in records)
+    assert not StdoutFilter().filter(records[0])  # the bar shows it; the file keeps it
+
+
+def test_lines_are_periodic_first_and_last_always(caplog, monkeypatch):
+    records = lines(caplog, False, monkeypatch, every=3600, steps=range(10, 31, 2))
+    assert [r.getMessage().split(" (")[0] for r in records] == ["step 10/30", "step 30/30"]
+
+
+def test_progress_line_and_durations():
+    line = progress_line(20, 100, ROW, eta=65)
+    assert (
+        line == "step  20/100 ( 20%)  loss 2.5000  lr 3.00e-03  grad 0.51  1,234 tok/s  eta 1m05s"
+    )
+    assert progress_line(100, 100, ROW, eta=0).endswith("took 1m15s")
+    assert "grad" not in progress_line(1, 2, {**ROW, "grad_norm": math.nan}, 1)
+    assert [duration(x) for x in (5, 125, 7300, math.nan)] == ["5s", "2m05s", "2h01m", "?"]
+
+
+def test_console_filters_split_stdout_and_stderr():
+    def record(level, **extra):
+        r = logging.LogRecord("posx", level, __file__, 1, "m", (), None)
+        r.__dict__.update(extra)
+        return r
+
+    assert StdoutFilter().filter(record(logging.INFO))
+    assert not StdoutFilter().filter(record(logging.ERROR))
+    assert StderrFilter().filter(record(logging.ERROR))
+    assert not StdoutFilter().filter(record(logging.INFO, console=False))
+
+
+@pytest.mark.parametrize("metric", ["bpb", "exact_match"])
+def test_eval_table(metric):
+    rows = [
+        {"eval_length": 64, "mode": "full", "status": "ok", metric: 0.5, "loss": 1.0},
+        {"eval_length": 128, "mode": "full", "status": "ok", metric: 0.75, "loss": 1.5},
+        {"eval_length": 1024, "mode": "full", "status": "unsupported", "reason": "too long"},
+    ]
+    got = eval_table(rows, 64)
+    assert got[0].startswith(f"eval: {'bits per byte' if metric == 'bpb' else 'exact match'} [")
+    assert got[0].endswith("×r = relative to L=64")
+    assert got[1:] == [
+        "  L=64    0.5000",
+        "  L=128   0.7500  ×1.50",
+        "  L=1024  unsupported: too long",
+    ]
