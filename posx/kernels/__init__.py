@@ -1,5 +1,9 @@
-"""Attention kernels, below the encodings that use them: query-blocked attention with a bias
-(:mod:`~posx.kernels.bias`) or an encoding's own scores (:mod:`~posx.kernels.blocked`),
-FlexAttention (:mod:`~posx.kernels.flex`) and the per-forward memo of position-only tensors
-(:mod:`~posx.kernels.memo`). Pure torch: a kernel takes functions and tensors, never an
-encoding's class."""
+"""Attention kernels: blocked attention, per-distance bias tables, FlexAttention, position memo.
+
+They sit below the encodings that use them and take functions and tensors, never an encoding's
+class: :mod:`~posx.kernels.bias` (query-blocked SDPA with an additive bias),
+:mod:`~posx.kernels.blocked` (query-blocked softmax over an encoding's own scores, for the
+``attend`` encodings), :mod:`~posx.kernels.flex` (FlexAttention with a per-distance table) and
+:mod:`~posx.kernels.memo` (position-only tensors reused within a forward). Which kernel runs is
+chosen in :mod:`posx.model.attention`.
+"""

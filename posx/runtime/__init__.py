@@ -1,2 +1,5 @@
-"""Where and how computation runs: devices and DDP process groups (:mod:`~posx.runtime.distributed`)
-and numeric precision (:mod:`~posx.runtime.precision`)."""
+"""Runtime: where and how computation runs (devices, DDP process groups, numeric precision).
+
+:mod:`~posx.runtime.distributed` (torchrun, gloo/nccl, sharding, device choice) and
+:mod:`~posx.runtime.precision` (autocast and gradient scaling for ``train.precision``).
+"""

@@ -1,2 +1,6 @@
-"""Files a run leaves: atomic writes, run directories and their tables
-(:mod:`~posx.storage.results`), and checkpoints (:mod:`~posx.storage.checkpoint`)."""
+"""Storage: the files a run leaves, every one written atomically.
+
+:mod:`~posx.storage.atomic` (temporary file + ``os.replace``), :mod:`~posx.storage.results`
+(run directories, ``run.json``, CSV tables merged under a lock) and
+:mod:`~posx.storage.checkpoint` (safetensors weights, optimizer and trainer state).
+"""

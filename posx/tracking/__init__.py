@@ -1,5 +1,7 @@
-"""Experiment tracking: the ``logger`` config group (``none``, ``tensorboard``, ``wandb``,
-``mlflow``, or several: ``logger=[tensorboard,mlflow]``).
+"""Experiment tracking: send a run's config, curve and eval rows to TensorBoard, W&B or MLflow.
+
+The ``logger`` config group chooses them (``none``, ``tensorboard``, ``wandb``, ``mlflow``, or
+several: ``logger=[tensorboard,mlflow]``).
 
 Each selected tracker gets the run's config, its training curve and every eval row (see
 :mod:`posx.tracking.base`); a sweep's runs are grouped (a W&B group, an MLflow parent run, a

@@ -1,7 +1,7 @@
 """The CUDA-only paths, run on a real GPU: flash SDPA, compiled FlexAttention forward and
 backward, bf16 training steps with fused AdamW, and buffers on the GPU. Their CPU stand-ins
 run in the default suite (tests/unit/model/test_attention_kernels.py, test_device_placement.py,
-tests/unit/encodings/test_contract.py, tests/unit/test_precision.py)."""
+tests/unit/encodings/test_contract.py, tests/unit/runtime/test_precision.py)."""
 
 from __future__ import annotations
 
