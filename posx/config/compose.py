@@ -8,7 +8,7 @@ import difflib
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ from posx.config.paths import (
 from posx.config.run_names import LABEL_RE, run_name_resolver
 from posx.config.schema import TYPED_NODES, PosxConfig
 from posx.errors import ConfigError
-from posx.model.attention import KERNELS
+from posx.model.attention import check_kernel
+from posx.model.transformer import head_dim
 from posx.runtime.precision import PRECISIONS
 
 INT64_MAX = 2**63 - 1
@@ -202,20 +203,38 @@ def check_typed_keys(cfg: DictConfig) -> None:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Checks what the schema's types cannot; raises :class:`ConfigError` with one line."""
+    """Checks what the schema's types cannot; raises :class:`ConfigError` with one line.
+
+    The checks run in this order, and the first that fails is the error.
+    """
     check_typed_keys(cfg)
-    m, t, e = cfg.model, cfg.train, cfg.eval
-    for group in ("model", "train", "eval"):  # sizes and counts end up in int64 tensors
+    _check_int64(cfg)
+    _check_model_sizes(cfg.model)
+    _check_train_schedule(cfg.train)
+    _check_execution(cfg.model, cfg.train, cfg.eval)
+    _check_eval(cfg.eval, cfg.train.length)
+    _check_names(cfg)
+    _check_targets(cfg)
+
+
+def _check_int64(cfg: DictConfig) -> None:
+    """Sizes and counts in ``model``, ``train`` and ``eval`` end up in int64 tensors."""
+    for group in ("model", "train", "eval"):
         for key, value in cfg[group].items():
             if isinstance(value, int) and abs(value) > INT64_MAX:
                 raise ConfigError(f"{group}.{key} must be at most {INT64_MAX} (int64), got {value}")
+
+
+def _check_model_sizes(m: DictConfig) -> None:
+    """Positive sizes, and heads that divide the width (the rule is the model's: head_dim)."""
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "attn_block_size"):
         if m[name] <= 0:
             raise ConfigError(f"model.{name} must be positive, got {m[name]}")
-    if m.d_model % m.n_heads:
-        raise ConfigError(
-            f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})"
-        )
+    _as_config_error(head_dim, m.d_model, m.n_heads, prefix="model.")
+
+
+def _check_train_schedule(t: DictConfig) -> None:
+    """Lengths, steps, batch, learning rate, warmup, checkpoint and logging intervals."""
     for name in ("length", "steps", "batch_size", "log_every"):
         if t[name] <= 0:
             raise ConfigError(f"train.{name} must be positive, got {t[name]}")
@@ -230,24 +249,33 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(
             "train.warmup_steps, train.checkpoint_every and train.threads must be >= 0"
         )
+
+
+def _check_execution(m: DictConfig, t: DictConfig, e: DictConfig) -> None:
+    """How the run computes: precisions, attention kernel (the rule is the model's:
+    check_kernel), device."""
     for name, value in (("train.precision", t.precision), ("eval.precision", e.precision)):
         if value not in PRECISIONS:
             raise ConfigError(f"{name} must be one of {', '.join(PRECISIONS)}, got {value!r}")
-    if m.attention_kernel not in KERNELS:
-        raise ConfigError(
-            f"model.attention_kernel must be one of {', '.join(KERNELS)}, "
-            f"got {m.attention_kernel!r}"
-        )
+    _as_config_error(check_kernel, m.attention_kernel, prefix="model.")
     if t.device not in ("auto", "cpu", "cuda", "mps") and not t.device.startswith("cuda:"):
         raise ConfigError(f"train.device must be auto, cpu, cuda, cuda:N or mps, got {t.device!r}")
+
+
+def _check_eval(e: DictConfig, train_length: int) -> None:
+    """Lengths, token budgets, the protocol (mode, window, stride, buckets) and variants."""
     if e.lengths is not None:
         positive_lengths(list(e.lengths), "eval.lengths")
     if e.tokens <= 0 or e.batch_tokens <= 0:
         raise ConfigError(
             f"eval.tokens and eval.batch_tokens must be positive, got {e.tokens}, {e.batch_tokens}"
         )
-    validate_protocol(e, t.length)
+    validate_protocol(e, train_length)
     check_variant_lists(list(e.get("variants") or []))
+
+
+def _check_names(cfg: DictConfig) -> None:
+    """``experiment_name`` and ``label`` become file and directory names."""
     if cfg.get("experiment_name") and not LABEL_RE.fullmatch(str(cfg.experiment_name)):
         raise ConfigError(
             f"experiment_name must be letters, digits, '_', '.' or '-' (it names a claims "
@@ -258,10 +286,22 @@ def validate(cfg: DictConfig) -> None:
             f"label must be letters, digits, '_', '.' or '-' (it names directories), "
             f"got {cfg.label!r}"
         )
+
+
+def _check_targets(cfg: DictConfig) -> None:
+    """The encoding and the task are built from their ``_target_``."""
     for group in ("encoding", "task"):
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or "_target_" not in node:
             raise ConfigError(f"{group} config needs a _target_ (choose one with {group}=NAME)")
+
+
+def _as_config_error(rule: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Runs one of the model's rules on config values; its ValueError as a ConfigError."""
+    try:
+        rule(*args, **kwargs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 DEFAULT_EVAL_FACTORS = (1, 2, 4, 8)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -82,6 +83,37 @@ def with_eval_defaults(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def check_loadable(
+    run_dir: Path,
+    cfg: DictConfig,
+    source: Path | str,
+    trust: Sequence[str],
+    info: dict[str, Any],
+    composed: bool = False,
+) -> None:
+    """Refuses a run's config that is not safe or not right to build: what ``posx eval`` (the
+    saved config) and ``posx resume`` (its overrides, composed) both check first.
+
+    Args:
+        run_dir: The run directory.
+        cfg: The config read from the run (saved, or composed from its overrides).
+        source: The run's file it came from, for the messages.
+        trust: Trusted ``_target_`` prefixes (see :mod:`posx.config.trust`).
+        info: The run's ``run.json`` (``{}`` when it has none): its ``needs_trust`` words the
+            trust message.
+        composed: ``cfg`` was composed from ``source`` with posx's configs (said in the
+            checkpoint message).
+
+    Raises:
+        ConfigError: A target that is not trusted.
+        PosxError: A config that does not match the checkpoint.
+    """
+    check_trusted(cfg, trust, str(source), recorded(info))
+    check_identity(
+        run_dir, cfg, f"{source} (composed with posx's configs)" if composed else str(source)
+    )
+
+
 def loadable_config(run_dir: Path, overrides: list[str], trust: Sequence[str] = ()) -> DictConfig:
     """The run's config with eval-time ``overrides``, once it is safe and right to build.
 
@@ -95,9 +127,7 @@ def loadable_config(run_dir: Path, overrides: list[str], trust: Sequence[str] = 
     """
     source = run_dir / ".hydra" / "config.yaml"
     saved = run_config(run_dir)
-    needed = recorded(run_info(run_dir))
-    check_trusted(saved, trust, str(source), needed)
-    check_identity(run_dir, saved, str(source))
+    check_loadable(run_dir, saved, source, trust, run_info(run_dir))
     cfg = apply_overrides(with_eval_defaults(saved), overrides)
     check_trusted(cfg, trust, "eval-time overrides", None)  # what they add is the user's
     validate(cfg)

@@ -39,6 +39,23 @@ from posx.kernels.memo import PositionMemo
 KERNELS = ("auto", "blocked", "flex")
 
 
+def check_kernel(kernel: str, prefix: str = "") -> str:
+    """``kernel`` when it is one of :data:`KERNELS`; the one home of that rule.
+
+    Args:
+        kernel: An ``attention_kernel`` value.
+        prefix: Put before the setting's name in the message (``"model."`` for the config).
+
+    Raises:
+        ValueError: ``attention_kernel must be one of auto, blocked, flex, got 'x'``.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(
+            f"{prefix}attention_kernel must be one of {', '.join(KERNELS)}, got {kernel!r}"
+        )
+    return kernel
+
+
 def choose_kernel(
     encoding: PositionalEncoding,
     device: torch.device,
@@ -62,8 +79,7 @@ def choose_kernel(
         ``"attend"`` (the encoding's own), ``"sdpa"`` (fused causal, no bias), ``"flex"``
         (FlexAttention ``score_mod``) or ``"blocked"`` (query-blocked SDPA with a bias).
     """
-    if kernel not in KERNELS:
-        raise ValueError(f"attention kernel must be one of {', '.join(KERNELS)}; got {kernel!r}")
+    check_kernel(kernel)
     if encoding.has_attend:
         return "attend"
     if not encoding.has_bias:

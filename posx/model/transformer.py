@@ -14,7 +14,26 @@ from torch import Tensor, nn
 
 from posx.encodings.base import PositionalEncoding
 from posx.kernels.memo import forward_scope
-from posx.model.attention import KERNELS, causal_attention
+from posx.model.attention import causal_attention, check_kernel
+
+
+def head_dim(d_model: int, n_heads: int, prefix: str = "") -> int:
+    """The width of one attention head; the one home of the rule that ``n_heads`` divides
+    ``d_model``.
+
+    Args:
+        d_model: Residual width.
+        n_heads: Attention heads.
+        prefix: Put before the settings' names in the message (``"model."`` for the config).
+
+    Raises:
+        ValueError: ``d_model (30) must be divisible by n_heads (4)``.
+    """
+    if d_model % n_heads:
+        raise ValueError(
+            f"{prefix}d_model ({d_model}) must be divisible by {prefix}n_heads ({n_heads})"
+        )
+    return d_model // n_heads
 
 
 class SelfAttention(nn.Module):
@@ -95,8 +114,7 @@ class TransformerLM(nn.Module):
         attention_kernel: str = "auto",
     ) -> None:
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        head_dim(d_model, n_heads)
         self.d_model = d_model
         self.tok = nn.Embedding(vocab_size, d_model)
         self.drop = nn.Dropout(dropout)
@@ -124,10 +142,7 @@ class TransformerLM(nn.Module):
 
     @attention_kernel.setter
     def attention_kernel(self, kernel: str) -> None:
-        if kernel not in KERNELS:
-            raise ValueError(
-                f"attention_kernel must be one of {', '.join(KERNELS)}; got {kernel!r}"
-            )
+        check_kernel(kernel)
         for block in self.blocks:
             block.attn.kernel = kernel
 

@@ -13,10 +13,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posx.config.compose import compose, one_line
 from posx.config.paths import dirs_of_searchpath, user_config_dirs
-from posx.config.trust import check_trusted, recorded
+from posx.config.saved import check_loadable
 from posx.errors import ConfigError, PosxError
 from posx.runs.launch import run_train
-from posx.storage.checkpoint import check_identity, verify_checkpoint
+from posx.storage.checkpoint import verify_checkpoint
 from posx.storage.results import check_writable, run_info
 
 
@@ -69,8 +69,7 @@ def run_resume(
     dirs = user_config_dirs([*current, *known], env=False)
     info = run_info(run_dir) if (run_dir / "run.json").is_file() else {}
     cfg = compose(overrides, dirs)
-    check_trusted(cfg, trust, str(overrides_file), recorded(info))
-    check_identity(run_dir, cfg, f"{overrides_file} (composed with posx's configs)")
+    check_loadable(run_dir, cfg, overrides_file, trust, info, composed=True)
     check_writable(run_dir, "run directory", "copy the run somewhere writable and resume the copy")
     done = finished(run_dir)
     if done:
