@@ -1,10 +1,10 @@
-"""The training loop: one function, read top to bottom."""
+"""The training loop: :func:`train` reads top to bottom; one optimisation step is
+:meth:`Trainer.train_step`; what the run records is :mod:`posx.training.record`."""
 
 from __future__ import annotations
 
 import logging
 import math
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,21 +13,17 @@ from typing import Any
 
 import pandas as pd
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 
 from posx.config.build import build_model, build_positions, build_task
-from posx.config.fingerprint import run_fingerprint
-from posx.config.run_names import run_label
-from posx.config.trust import needs_trust
-from posx.errors import Interrupted, PosxError
 from posx.model.transformer import TransformerLM
-from posx.positions import step_positions
+from posx.positions import PositionStrategy, step_positions
 from posx.runtime.distributed import (
+    World,
     barrier,
     check_in_sync,
     init_process_group,
-    mean_over_ranks,
     pick_device,
     shard,
 )
@@ -36,16 +32,15 @@ from posx.storage.checkpoint import (
     check_identity,
     checkpoint_dir,
     config_identity,
-    load_checkpoint,
-    load_trainer_tensors,
     save_checkpoint,
 )
-from posx.storage.results import SCHEMA_VERSION, write_csv, write_json
+from posx.storage.results import write_csv
 from posx.tasks.base import Task
 from posx.training.losses import masked_loss
 from posx.training.optim import grad_norm, lr_at, make_optimizer
 from posx.training.progress import TrainProgress
-from posx.version import __version__
+from posx.training.record import RunRecord, StepResult, Throughput, metrics_row, run_meta
+from posx.training.resume import StopOnInterrupt, restore, rng_states
 
 log = logging.getLogger(__name__)
 
@@ -60,88 +55,164 @@ class Trained:
     task: Task
 
 
-def run_meta(
-    cfg: DictConfig, run_dir: Path, names: dict[str, str], task_info: dict
-) -> dict[str, Any]:
-    positions = names.get("positions") or "default"
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "posx_version": __version__,
-        "run": run_dir.name,
-        # A non-default position strategy is part of what was trained: rope+randomized != rope.
-        "encoding": run_label(names["encoding"], positions),
-        "positions": positions,
-        "positions_config": OmegaConf.to_container(cfg.get("positions") or {}, resolve=True),
-        "task": names["task"],
-        "model": names["model"],
-        "seed": cfg.seed,
-        "train_length": cfg.train.length,
-        "steps": cfg.train.steps,
-        "experiment": str(cfg.get("experiment_name") or ""),  # whose claims apply (posx check)
-        "task_info": task_info,
-        # the whole configuration minus seed and bookkeeping: what `posx report` groups by
-        "fingerprint": run_fingerprint(run_dir, cfg),
-        # What `posx eval/resume --trust` must allow to load this run (informative only: a
-        # run's own files never grant trust; see posx.config.trust).
-        "needs_trust": needs_trust(cfg),
-    }
+@dataclass
+class Trainer:
+    """Everything an optimisation step and a checkpoint touch.
+
+    Attributes:
+        cfg: Composed, validated config.
+        world: This process's place among the training processes.
+        device: Where the model and batches live.
+        task: Source of the training batches.
+        model: The bare model (what is checkpointed and returned).
+        wrapped: ``model`` in ``DistributedDataParallel`` under torchrun, else ``model``.
+        forward: ``wrapped``, compiled with ``train.compile``; ``(inputs [b, s], positions
+            [b, s]) -> logits [b, s, V]``.
+        optimizer: The optimizer (its lr is set every step from the schedule).
+        scaler: Gradient scaler (enabled for fp16 only).
+        positions: Training-time position strategy.
+        data_rng: Generator of the data order (checkpointed, so a resume draws the same).
+    """
+
+    cfg: DictConfig
+    world: World
+    device: torch.device
+    task: Task
+    model: TransformerLM
+    wrapped: torch.nn.Module
+    forward: Callable[..., torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    positions: PositionStrategy
+    data_rng: torch.Generator
+
+    def train_step(self, step: int, logged: bool, record: RunRecord) -> StepResult:
+        """One optimisation step on the next batch.
+
+        This rank's rows are ``[b, s]`` with ``b = train.batch_size / world size`` and
+        ``s = train.length``.
+
+        Args:
+            step: Steps done so far (this one is row ``step + 1`` of ``metrics.csv``).
+            logged: Whether this step gets a metrics row (so its gradient norm is measured).
+            record: Where a non-finite loss is recorded as the run's failure.
+
+        Returns:
+            The loss, lr, tokens and gradient norm of the step.
+
+        Raises:
+            PosxError: The loss is not finite (``run.json`` then says ``failed``).
+        """
+        tcfg, world, device = self.cfg.train, self.world, self.device
+        lr = lr_at(step, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch = self.task.train_batch(tcfg.batch_size, tcfg.length, self.data_rng)
+        batch = shard(batch, world).to(device)
+        with autocast_context(device, tcfg.precision):
+            pos = step_positions(
+                self.positions, self.cfg.seed, step, tcfg.batch_size, tcfg.length, world
+            )
+            logits = self.forward(batch.inputs, pos.to(device))
+        loss = masked_loss(logits, batch)
+        if not torch.isfinite(loss):  # numbered as in metrics.csv: step s+1 is this batch
+            raise record.failed(f"loss became {loss.item()}", step + 1)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()  # fp16 only: scaled so small gradients survive
+        norm = None
+        if tcfg.grad_clip > 0 or logged:
+            self.scaler.unscale_(self.optimizer)  # the norm and the clipping see true gradients
+            norm = grad_norm(self.model, tcfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return StepResult(loss, lr, batch.inputs.numel() * world.size, norm)
+
+    def checkpoint(
+        self, done: int, tokens: int, identity: dict[str, Any], record: RunRecord
+    ) -> None:
+        """Saves the checkpoint of step ``done`` (rank 0 writes; all ranks wait for it).
+
+        Args:
+            done: Steps done.
+            tokens: Tokens seen so far.
+            identity: What the weights mean (:func:`~posx.storage.checkpoint.config_identity`).
+            record: Told the new checkpoint's step; records non-finite weights as the failure.
+
+        Raises:
+            PosxError: The weights are not finite; the last good checkpoint stays.
+        """
+        # Never replace the last good checkpoint with diverged weights. Every rank checks (the
+        # weights are identical), so all ranks stop together instead of hanging in a barrier.
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise record.failed("the weights became non-finite", done)
+        if self.world.is_main:
+            state = {"step": done, "tokens": tokens, "identity": identity}
+            save_checkpoint(
+                record.run_dir, self.model, self.optimizer, state, rng_states(self.data_rng)
+            )
+        record.checkpointed(done)
+        barrier(self.world)
 
 
-class StopOnInterrupt:
-    """The first Ctrl-C (or SIGTERM, which SLURM sends before it kills a job) asks the loop to
-    stop at the next step boundary, so the checkpoint is a consistent state; a second one
-    interrupts at once."""
+def prepare(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, int, int, list[dict[str, Any]]]:
+    """Joins the process group and builds the model, optimizer and data order; with
+    ``train.resume`` and a checkpoint in ``run_dir``, restores it.
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    Returns:
+        The trainer, the steps and tokens done (0 and 0 for a fresh run) and the metrics rows
+        up to the restored step.
+    """
+    tcfg = cfg.train
+    world = init_process_group()
+    if tcfg.threads:
+        torch.set_num_threads(tcfg.threads)
+    device = pick_device(tcfg.device, world)
+    torch.manual_seed(cfg.seed)
+    data_rng = torch.Generator().manual_seed(cfg.seed)  # the data order depends on the seed alone
 
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self) -> StopOnInterrupt:
-        try:
-            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-        except ValueError:  # not the main thread (some launchers): default behaviour
-            self._previous = {}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-def rng_states(data_rng: torch.Generator) -> dict[str, torch.Tensor]:
-    states = {"torch": torch.get_rng_state(), "data": data_rng.get_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state()
-    return states
+    task = build_task(cfg)
+    model = build_model(cfg, task.vocab_size).to(device)
+    positions = build_positions(cfg)
+    positions.check(model.encoding, tcfg.length)
+    optimizer = make_optimizer(model, cfg, device)
+    step, tokens_seen, rows = 0, 0, []
+    if tcfg.resume and any((run_dir / d).is_dir() for d in ("checkpoint", ".checkpoint.old")):
+        checkpoint_dir(run_dir)  # a clear error if the checkpoint is incomplete
+        check_identity(run_dir, cfg, "the config to resume with")
+        step, tokens_seen, rows = restore(run_dir, model, optimizer, data_rng)
+    # Restored before wrapping: DDP copies rank 0's weights to the other ranks when it wraps.
+    wrapped = DistributedDataParallel(model) if world.distributed else model
+    # compiled for training only: evaluation runs other lengths, which would recompile
+    forward = torch.compile(wrapped) if tcfg.compile else wrapped
+    scaler = grad_scaler(device, tcfg.precision)
+    trainer = Trainer(
+        cfg, world, device, task, model, wrapped, forward, optimizer, scaler, positions, data_rng
+    )
+    return trainer, step, tokens_seen, rows
 
 
-def restore(
+def _announce(step: int, steps: int, device: torch.device) -> None:
+    """Logs how many steps this invocation trains (none when resuming a finished run)."""
+    if step >= steps:  # `posx resume` of a run whose training is complete
+        log.info(f"already trained: the checkpoint is at step {step} of {steps}")
+    else:
+        log.info(
+            f"training {steps - step} steps on {device.type}"
+            + (f" from step {step}" if step else "")
+        )
+
+
+def _publish(
+    rows: list[dict[str, Any]],
     run_dir: Path,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    data_rng: torch.Generator,
-) -> tuple[int, int, list[dict[str, Any]]]:
-    """Loads the run's checkpoint; returns (step, tokens seen, metrics rows up to that step)."""
-    state = load_checkpoint(run_dir, model, optimizer)
-    tensors = load_trainer_tensors(run_dir)
-    if "torch" not in tensors or "data" not in tensors:
-        raise PosxError(f"checkpoint in {run_dir} has no RNG state; it cannot be resumed exactly")
-    torch.set_rng_state(tensors["torch"])
-    data_rng.set_state(tensors["data"])
-    if "cuda" in tensors and torch.cuda.is_available():
-        torch.cuda.set_rng_state(tensors["cuda"])
-    rows: list[dict[str, Any]] = []
-    if (run_dir / "metrics.csv").is_file():
-        old = pd.read_csv(run_dir / "metrics.csv")
-        rows = old[old["step"] <= state["step"]].to_dict("records")
-    return int(state["step"]), int(state["tokens"]), rows
+    progress: TrainProgress,
+    on_log: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """Rewrites ``metrics.csv`` with the new row (so it survives a crash) and reports it."""
+    write_csv(run_dir / "metrics.csv", pd.DataFrame(rows))
+    progress.update(int(rows[-1]["step"]), rows[-1])
+    if on_log is not None:
+        on_log(rows[-1])
 
 
 def train(
@@ -166,141 +237,58 @@ def train(
     Returns:
         The summary (final loss, tokens/s, parameter count, seconds), the model and the task.
     """
-    t = cfg.train
-    w = init_process_group()
-    if t.threads:
-        torch.set_num_threads(t.threads)
-    device = pick_device(t.device, w)
-    torch.manual_seed(cfg.seed)
-    data_rng = torch.Generator().manual_seed(cfg.seed)  # the data order depends on the seed alone
-
-    task = build_task(cfg)
-    model = build_model(cfg, task.vocab_size).to(device)
-    positions = build_positions(cfg)
-    positions.check(model.encoding, t.length)
-    optimizer = make_optimizer(model, cfg, device)
-    step, tokens_seen, rows = 0, 0, []
-    if t.resume and any((run_dir / d).is_dir() for d in ("checkpoint", ".checkpoint.old")):
-        checkpoint_dir(run_dir)  # a clear error if the checkpoint is incomplete
-        check_identity(run_dir, cfg, "the config to resume with")
-        step, tokens_seen, rows = restore(run_dir, model, optimizer, data_rng)
-    ddp = DistributedDataParallel(model) if w.distributed else model
-    # compiled for training only: evaluation runs other lengths, which would recompile
-    forward = torch.compile(ddp) if t.compile else ddp
-    scaler = grad_scaler(device, t.precision)
-    meta = {**run_meta(cfg, run_dir, names, task.describe()), "parameters": model.num_parameters()}
-    if w.is_main:
-        write_json(
-            run_dir / "run.json", {**meta, "status": "training", "resumed_from": step or None}
-        )
-
-    saved = [step or None]  # step of the checkpoint on disk (the restored one, if any)
+    tcfg = cfg.train
+    # Set-up and resume: the model, optimizer and data order as of the checkpoint, if any.
+    trainer, step, tokens_seen, rows = prepare(cfg, run_dir)
+    world, model = trainer.world, trainer.model
+    meta = {
+        **run_meta(cfg, run_dir, names, trainer.task.describe()),
+        "parameters": model.num_parameters(),
+    }
+    record = RunRecord(run_dir, meta, world, saved=step or None)
+    record.training(resumed_from=step or None)
     identity = config_identity(cfg)  # what the weights mean; loading checks it against the config
+    start = time.perf_counter()
+    window, first_step = Throughput(start), step
+    if world.is_main:
+        _announce(step, tcfg.steps, trainer.device)
 
-    def diverged(what: str, at: int) -> PosxError:
-        """Records the failure with its step in run.json; the checkpoint on disk stays."""
-        kept = (
-            f"the checkpoint of step {saved[0]} is kept"
-            if saved[0]
-            else "no checkpoint was saved (train.checkpoint_every=N keeps one)"
-        )
-        message = f"{what} at step {at}; training stopped, {kept}"
-        if w.is_main:
-            write_json(
-                run_dir / "run.json", {**meta, "status": "failed", "step": at, "error": message}
-            )
-        return PosxError(message)
-
-    def checkpoint(done: int) -> None:
-        # Never replace the last good checkpoint with diverged weights. Every rank checks (the
-        # weights are identical), so all ranks stop together instead of hanging in a barrier.
-        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-            raise diverged("the weights became non-finite", done)
-        if w.is_main:
-            state = {"step": done, "tokens": tokens_seen, "identity": identity}
-            save_checkpoint(run_dir, model, optimizer, state, rng_states(data_rng))
-        saved[0] = done
-        barrier(w)
-
-    start = window_start = time.perf_counter()
-    window_tokens, first_step = 0, step
-    if w.is_main and step >= t.steps:  # `posx resume` of a run whose training is complete
-        log.info(f"already trained: the checkpoint is at step {step} of {t.steps}")
-    elif w.is_main:
-        log.info(
-            f"training {t.steps - step} steps on {device.type}"
-            + (f" from step {step}" if step else "")
-        )
-    progress = TrainProgress(t.steps, step, bool(t.progress and w.is_main), t.progress_every)
+    # The loop. A Ctrl-C stops it at a step boundary, so the checkpoint is a consistent state.
+    progress = TrainProgress(
+        tcfg.steps, step, bool(tcfg.progress and world.is_main), tcfg.progress_every
+    )
     with progress, StopOnInterrupt() as stop:
-        ddp.train()
-        while step < t.steps:
-            lr = lr_at(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = shard(task.train_batch(t.batch_size, t.length, data_rng), w).to(device)
-            with autocast_context(device, t.precision):
-                pos = step_positions(positions, cfg.seed, step, t.batch_size, t.length, w)
-                logits = forward(batch.inputs, pos.to(device))
-            loss = masked_loss(logits, batch)
-            if not torch.isfinite(loss):  # numbered as in metrics.csv: step s+1 is this batch
-                raise diverged(f"loss became {loss.item()}", step + 1)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()  # fp16 only: scaled so small gradients survive
-            logged = (step + 1) % t.log_every == 0 or step + 1 == t.steps
-            if t.grad_clip > 0 or logged:
-                scaler.unscale_(optimizer)  # the norm and the clipping see true gradients
-            norm = grad_norm(model, t.grad_clip) if t.grad_clip > 0 or logged else None
-            scaler.step(optimizer)
-            scaler.update()
+        trainer.wrapped.train()
+        while step < tcfg.steps:
+            logged = (step + 1) % tcfg.log_every == 0 or step + 1 == tcfg.steps
+            result = trainer.train_step(step, logged, record)
             step += 1
-
-            tokens_seen += batch.inputs.numel() * w.size
-            window_tokens += batch.inputs.numel() * w.size
-            if step % t.log_every == 0 or step == t.steps:
-                now = time.perf_counter()
-                tps = window_tokens / max(now - window_start, 1e-9)
-                window_start, window_tokens = now, 0
-                rows.append(
-                    {
-                        "schema_version": SCHEMA_VERSION,
-                        "step": step,
-                        "loss": mean_over_ranks(loss, w),
-                        "lr": lr,
-                        "tokens": tokens_seen,
-                        "tokens_per_s": tps,
-                        "grad_norm": float(norm) if norm is not None else math.nan,
-                        "seconds": now - start,
-                    }
-                )
-                if w.is_main:
-                    write_csv(run_dir / "metrics.csv", pd.DataFrame(rows))
-                    progress.update(step, rows[-1])
-                    if on_log is not None:
-                        on_log(rows[-1])
+            tokens_seen += result.tokens
+            window.tokens += result.tokens
+            if logged:
+                now, tokens_per_s = window.lap()
+                row = metrics_row(step, result, tokens_seen, tokens_per_s, now - start, world)
+                rows.append(row)
+                if world.is_main:
+                    _publish(rows, run_dir, progress, on_log)
             if stop.requested:
-                checkpoint(step)
-                if w.is_main:
-                    write_json(
-                        run_dir / "run.json", {**meta, "status": "interrupted", "step": step}
-                    )
-                resume = f"posx resume {run_dir}"
-                raise Interrupted(f"interrupted at step {step}; checkpoint saved; run: {resume}")
-            if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
-                checkpoint(step)
+                trainer.checkpoint(step, tokens_seen, identity, record)
+                raise record.interrupted(step)
+            if tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and step < tcfg.steps:
+                trainer.checkpoint(step, tokens_seen, identity, record)
 
+    # The end: ranks must agree before the final checkpoint; then status `trained`.
     seconds = time.perf_counter() - start
-    check_in_sync(model, w)
-    checkpoint(t.steps)
+    check_in_sync(model, world)
+    trainer.checkpoint(tcfg.steps, tokens_seen, identity, record)
     # Throughput over this invocation, first steps (allocator warm-up) included.
-    done_tokens = (t.steps - first_step) * t.batch_size * t.length
+    done_tokens = (tcfg.steps - first_step) * tcfg.batch_size * tcfg.length
     summary = {
         "final_loss": rows[-1]["loss"] if rows else math.nan,
         "tokens_per_s": done_tokens / max(seconds, 1e-9),
         "seconds": seconds,
         "parameters": meta["parameters"],
-        "world_size": w.size,
+        "world_size": world.size,
     }
-    if w.is_main:
-        write_json(run_dir / "run.json", {**meta, "status": "trained", **summary})
-    return Trained(summary, model, task)
+    record.trained(summary)
+    return Trained(summary, model, trainer.task)

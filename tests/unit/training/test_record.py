@@ -1,0 +1,59 @@
+"""RunRecord: the status writes of run.json and the errors that name the kept checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posx.errors import Interrupted, PosxError
+from posx.runtime.distributed import World
+from posx.training.record import RunRecord
+
+META = {"run": "r", "parameters": 3}
+
+
+def status(run_dir) -> dict:  # noqa: ANN001
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def test_statuses_extend_the_meta_in_order(tmp_path):
+    record = RunRecord(tmp_path, META, World())
+    record.training(resumed_from=None)
+    assert status(tmp_path) == {**META, "status": "training", "resumed_from": None}
+    assert list(status(tmp_path)) == ["run", "parameters", "status", "resumed_from"]
+    record.trained({"final_loss": 1.5, "world_size": 1})
+    assert status(tmp_path) == {**META, "status": "trained", "final_loss": 1.5, "world_size": 1}
+
+
+def test_failure_names_the_last_checkpoint(tmp_path):
+    record = RunRecord(tmp_path, META, World())
+    err = record.failed("loss became nan", 3)
+    assert isinstance(err, PosxError)
+    assert str(err) == (
+        "loss became nan at step 3; training stopped, "
+        "no checkpoint was saved (train.checkpoint_every=N keeps one)"
+    )
+    record.checkpointed(4)
+    err = record.failed("the weights became non-finite", 5)
+    message = (
+        "the weights became non-finite at step 5; training stopped, "
+        "the checkpoint of step 4 is kept"
+    )
+    assert str(err) == message
+    assert status(tmp_path) == {**META, "status": "failed", "step": 5, "error": message}
+
+
+def test_interrupted_says_how_to_resume(tmp_path):
+    err = RunRecord(tmp_path, META, World(), saved=7).interrupted(7)
+    assert isinstance(err, Interrupted)
+    assert str(err) == f"interrupted at step 7; checkpoint saved; run: posx resume {tmp_path}"
+    assert status(tmp_path) == {**META, "status": "interrupted", "step": 7}
+
+
+@pytest.mark.parametrize("method", ["training", "failed", "interrupted", "trained"])
+def test_only_rank_0_writes(tmp_path, method):
+    record = RunRecord(tmp_path, META, World(rank=1, size=2))
+    args = {"training": (None,), "failed": ("x", 1), "interrupted": (1,), "trained": ({},)}
+    getattr(record, method)(*args[method])
+    assert not (tmp_path / "run.json").exists()
