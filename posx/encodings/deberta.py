@@ -80,8 +80,10 @@ def saturation_distance(max_relative_positions: int, position_buckets: int = 0) 
         max_relative_positions: ``k``.
         position_buckets: ``0`` for plain clipping, else the log-bucket count.
     """
-    distance = torch.arange(0, 4 * max_relative_positions + 4)
-    zero = torch.zeros(1, dtype=torch.long)
+    # A number of the config, not of the model: on the CPU, also while the model is built on
+    # the ``meta`` device (the memory preflight), where nonzero() has no value to return.
+    distance = torch.arange(0, 4 * max_relative_positions + 4, device="cpu")
+    zero = torch.zeros(1, dtype=torch.long, device="cpu")
     ahead = deberta_index(distance, zero, max_relative_positions, position_buckets).squeeze(-1)
     behind = deberta_index(zero, distance, max_relative_positions, position_buckets).squeeze(0)
     last = 2 * (position_buckets or max_relative_positions) - 1

@@ -42,8 +42,12 @@ class XPos(RoPE):
             raise ValueError(f"xPos gamma must be positive, got {gamma}")
         self.gamma = float(gamma)
         d = self.rot_dim
-        zeta = (torch.arange(0, d, 2, dtype=torch.float64) + 0.4 * d) / (1.4 * d)
-        self.register_buffer("log_zeta", zeta.log().float(), persistent=False)  # [r/2], < 0
+        # On the CPU even when the model is built on ``meta`` (the memory preflight): the length
+        # limit is a number of the config, read without the buffer's data.
+        zeta = (torch.arange(0, d, 2, dtype=torch.float64, device="cpu") + 0.4 * d) / (1.4 * d)
+        log_zeta = zeta.log().float()
+        self.register_buffer("log_zeta", log_zeta, persistent=False)  # [r/2], < 0
+        self._max_length = int(2 * self.gamma * MAX_LOG_SCALE / -float(log_zeta.min()))
 
     def decay(self, pos: Tensor, center: Tensor) -> Tensor:
         """``zeta^((pos - center)/gamma)`` ``[..., s, r/2]`` (float32)."""
@@ -61,8 +65,7 @@ class XPos(RoPE):
 
     def max_length(self) -> int:
         """Longest sequence whose centred scale factors stay below ``e^MAX_LOG_SCALE``."""
-        steepest = -float(self.log_zeta.min())
-        return int(2 * self.gamma * MAX_LOG_SCALE / steepest)
+        return self._max_length
 
     def unsupported_reason(self, length: int) -> str | None:
         limit = self.max_length()
