@@ -36,6 +36,7 @@ statement is split into tokens that must each fit the grammar.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ ABSOLUTE = re.compile(r"L=(\d+)")
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RATIO_MARKS = ("×r", "xr")
+CLAUSES = ("at", "by", "on")
 CLAIM_KEYS = ("id", "statement", "table", "published", "published_metric", "note", "paper_scale")
 FILE_KEYS = ("paper", "claims", "note")
 GRAMMAR = (
@@ -127,6 +129,10 @@ class ClaimError(ConfigError):
     """A claims file or statement that does not fit the language (one line, naming the file)."""
 
 
+# Makes the error for a statement that does not fit, naming the statement and the grammar.
+Bad = Callable[[str], ClaimError]
+
+
 def parse_statement(text: str, where: str = "statement") -> Statement:
     """Parses one statement (see the module docstring).
 
@@ -145,28 +151,60 @@ def parse_statement(text: str, where: str = "statement") -> Statement:
     mrr = bool(tokens) and tokens[0].lower() in ("mrr:", "mrr")
     if mrr:
         tokens = tokens[1:]
+    terms, ops, end = _comparison(tokens, bad)
+    _check_comparison(terms, ops, bad)
+    clauses = _clauses(tokens[end:], bad)
+    factor, length = _at(clauses, bad)
+    _check_clause_names(clauses, bad)
+    _check_scope(mrr, clauses, terms, bad)
+    return Statement(text.strip(), tuple(terms), tuple(ops), mrr, factor, length,
+                     clauses.get("by"), clauses.get("on"))  # fmt: skip
+
+
+def _comparison(tokens: list[str], bad: Bad) -> tuple[list[Term], list[str], int]:
+    """The terms and operators before the first clause, alternating term, op, term, ...
+
+    Returns:
+        The terms, the operators (canonical: ``≥`` is ``>=``) and the index of the first token
+        after them.
+    """
     terms: list[Term] = []
     ops: list[str] = []
     i = 0
-    while i < len(tokens) and tokens[i] not in ("at", "by", "on"):
-        token = tokens[i]
-        expect_term = len(terms) == len(ops)
-        if not expect_term:
-            if token not in OPS:
-                raise bad(f"expected a comparison (> >= ≥ < <= ≤) after {terms[-1]}, got {token!r}")
-            ops.append(OPS[token])
-        elif NUMBER.fullmatch(token):
-            terms.append(Term(number=float(token)))
-        elif NAME.fullmatch(token):
-            joined = token.endswith("×r") and len(token) > 2  # `alibi×r` as `alibi ×r`
-            ratio = joined or (i + 1 < len(tokens) and tokens[i + 1] in RATIO_MARKS)
-            terms.append(
-                Term(_canonical(token.removesuffix("×r") if joined else token), ratio=ratio)
-            )
-            i += ratio and not joined
+    while i < len(tokens) and tokens[i] not in CLAUSES:
+        if len(terms) == len(ops):  # a term is due
+            term, used = _term(tokens, i, bad)
+            terms.append(term)
+            i += used
         else:
-            raise bad(f"{token!r} is neither a row label nor a number")
-        i += 1
+            ops.append(_op(tokens[i], terms[-1], bad))
+            i += 1
+    return terms, ops, i
+
+
+def _term(tokens: list[str], i: int, bad: Bad) -> tuple[Term, int]:
+    """The term that starts at ``tokens[i]`` and how many tokens it takes (2 for ``NAME ×r``)."""
+    token = tokens[i]
+    if NUMBER.fullmatch(token):
+        return Term(number=float(token)), 1
+    if not NAME.fullmatch(token):
+        raise bad(f"{token!r} is neither a row label nor a number")
+    joined = token.endswith("×r") and len(token) > 2  # `alibi×r` as `alibi ×r`
+    spaced = not joined and i + 1 < len(tokens) and tokens[i + 1] in RATIO_MARKS
+    name = token.removesuffix("×r") if joined else token
+    return Term(_canonical(name), ratio=joined or spaced), 2 if spaced else 1
+
+
+def _op(token: str, before: Term, bad: Bad) -> str:
+    """The comparison ``token`` stands for (``≥`` is ``>=``); ``before`` is the term before it."""
+    if token not in OPS:
+        raise bad(f"expected a comparison (> >= ≥ < <= ≤) after {before}, got {token!r}")
+    return OPS[token]
+
+
+def _check_comparison(terms: list[Term], ops: list[str], bad: Bad) -> None:
+    """Refuses a comparison that says nothing about a row: one term, a trailing operator, or
+    numbers compared with numbers."""
     if len(terms) < 2 or len(terms) == len(ops):
         raise bad("a statement compares at least two terms (A > B)")
     if all(t.name is None for t in terms):
@@ -174,33 +212,48 @@ def parse_statement(text: str, where: str = "statement") -> Statement:
     for a, b in zip(terms, terms[1:], strict=False):
         if a.name is None and b.name is None:
             raise bad(f"{a} and {b} are both numbers")
+
+
+def _clauses(rest: list[str], bad: Bad) -> dict[str, str]:
+    """The clauses after the comparison as ``{keyword: value}``, each keyword at most once."""
     clauses: dict[str, str] = {}
-    rest = tokens[i:]
     for k in range(0, len(rest), 2):
         key, value = rest[k], rest[k + 1] if k + 1 < len(rest) else None
-        if key not in ("at", "by", "on"):
+        if key not in CLAUSES:
             raise bad(f"unexpected {key!r} (clauses are: at Nx, at L=N, by METRIC, on TASK)")
         if value is None or key in clauses:
             raise bad(f"'{key}' needs one value" if value is None else f"'{key}' given twice")
         clauses[key] = value
-    factor = length = None
-    if "at" in clauses:
-        value = clauses["at"]
-        if FACTOR.fullmatch(value) and int(value[:-1]) >= 1:
-            factor = int(value[:-1])
-        elif ABSOLUTE.fullmatch(value) and int(value[2:]) >= 1:
-            length = int(value[2:])
-        else:
-            raise bad(f"'at {value}': give a multiple of the training length (4x) or L=N")
+    return clauses
+
+
+def _at(clauses: dict[str, str], bad: Bad) -> tuple[int | None, int | None]:
+    """The ``at`` clause as (factor, length): ``at 4x`` is (4, None), ``at L=256`` (None, 256),
+    no clause (None, None)."""
+    if "at" not in clauses:
+        return None, None
+    value = clauses["at"]
+    if FACTOR.fullmatch(value) and int(value[:-1]) >= 1:
+        return int(value[:-1]), None
+    if ABSOLUTE.fullmatch(value) and int(value[2:]) >= 1:
+        return None, int(value[2:])
+    raise bad(f"'at {value}': give a multiple of the training length (4x) or L=N")
+
+
+def _check_clause_names(clauses: dict[str, str], bad: Bad) -> None:
+    """Refuses a ``by`` or ``on`` value that is not a plain name (a metric or task)."""
     for key in ("by", "on"):
         if key in clauses and not WORD.fullmatch(clauses[key]):
             raise bad(f"'{key} {clauses[key]}' is not a metric or task name")
+
+
+def _check_scope(mrr: bool, clauses: dict[str, str], terms: list[Term], bad: Bad) -> None:
+    """Refuses a length, task or ``×r`` on an ``mrr:`` statement (the ranking covers every task
+    past training), and a plain statement without a length."""
     if mrr and ("at" in clauses or "on" in clauses or any(t.ratio for t in terms)):
         raise bad("an mrr: statement ranks every task past training; no 'at', 'on' or '×r'")
     if not mrr and "at" not in clauses:
         raise bad("say at which length: 'at 4x' (times the training length) or 'at L=256'")
-    return Statement(text.strip(), tuple(terms), tuple(ops), mrr, factor, length,
-                     clauses.get("by"), clauses.get("on"))  # fmt: skip
 
 
 def _canonical(name: str) -> str:

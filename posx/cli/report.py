@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from posx.cli._app import app, config_dirs, console, err_console
 from posx.errors import ConfigError
+
+if TYPE_CHECKING:  # the CLI imports pandas and the report package only when a command runs
+    from posx.claims.find import Checked
+    from posx.report import Report
 
 
 @app.command()
@@ -93,70 +98,89 @@ def report(
 ) -> None:
     """Compare encodings across eval lengths: mean ± std over seeds, ratio to the training
     length, best per column marked, ranking across tasks; export tables and plots."""
-    from posx.report import make_report, output_format, render, report_plots, rich_renderables
-    from posx.storage.results import atomic_write, check_writable
+    from posx.report import (
+        check_destinations,
+        export_text,
+        make_report,
+        output_format,
+        shows_tables,
+    )
 
     kind = output_format(fmt, output)
-    # Where the report goes is checked before the results are read, not after.
-    if output is not None:
-        if output.is_dir():
-            raise ConfigError(f"-o {output} is a directory; give a file name such as report.md")
-        check_writable(output.parent, "-o directory", "choose another place with -o")
-    if plot is not None:
-        check_writable(plot, "--plot directory", "choose another directory with --plot")
+    check_destinations(output, plot)
     result = make_report(
         root,
-        metric,
-        task,
-        encoding,
-        mode,
-        variant,
-        by,
-        rank,
-        rank_lengths,
-        digits,
-        ratio,
+        metric=metric,
+        tasks=task,
+        encodings=encoding,
+        modes=mode,
+        variants=variant,
+        by=by,
+        rank=rank,
+        rank_lengths=rank_lengths,
+        digits=digits,
+        ratio=ratio,
         where=where,
         learned=learned,
         learned_loss=learned_loss,
     )
     for warning in result.warnings:
         err_console.print(f"posx: warning: {warning}", markup=False, style="yellow")
-    checked = None
-    if claims:
-        from posx.claims.find import check_root
-        from posx.claims.render import claims_section
-
-        checked = check_root(root, config_dirs(ctx))
-        result.sections.append(claims_section(checked.verdicts, checked.notes))
-    if kind == "rich" or (output is not None and fmt is None):
-        for renderable in rich_renderables(result):
-            console.print(renderable)
-        if checked is not None:
-            from posx.claims.render import to_rich
-
-            console.print(to_rich(result.sections[-1]))
-    if kind != "rich":
-        base = output.parent if output is not None else Path.cwd()
-        text = render(result, kind, rank_csv=bool(rank) and kind == "csv", base=base)
-        if output is not None:
-            atomic_write(output, text)
-            console.print(f"wrote {output}", soft_wrap=True)
-        else:
-            sys.stdout.write(text)
-    elif output is not None:  # --format rich -o FILE: the same tables as Markdown
-        atomic_write(output, render(result, "md"))
-        console.print(f"wrote {output}", soft_wrap=True)
+    checked = _add_claims(ctx, root, result) if claims else None
+    if shows_tables(kind, fmt, output):
+        _print_tables(result, with_claims=checked is not None)
+    text = export_text(result, kind, output, rank_csv=bool(rank))
+    if text is not None:
+        _write_text(text, output)
     if plot is not None:
-        from posx.report.plots import write_plots
-
-        plots = report_plots(result)
-        paths = write_plots(plots.figures, plot)
-        console.print(f"wrote {len(paths)} plot files to {plot}/", soft_wrap=True)
-        for stem, why in plots.skipped:
-            err_console.print(f"posx: no plot {stem}: {why}", markup=False, soft_wrap=True)
+        _write_plots(result, plot)
     if checked is not None:
         _claims_exit(checked.verdicts)
+
+
+def _add_claims(ctx: typer.Context, root: Path, result: Report) -> Checked:
+    """Checks the claims of the presets the runs under ``root`` record (as ``posx check``) and
+    adds their verdicts to the report as its last section."""
+    from posx.claims.find import check_root
+    from posx.claims.render import claims_section
+
+    checked = check_root(root, config_dirs(ctx))
+    result.sections.append(claims_section(checked.verdicts, checked.notes))
+    return checked
+
+
+def _print_tables(result: Report, with_claims: bool) -> None:
+    """Prints the report's tables on the terminal, then the claims' verdicts if it has them
+    (their section is the last one, see ``_add_claims``)."""
+    from posx.report import rich_renderables
+
+    for renderable in rich_renderables(result):
+        console.print(renderable)
+    if with_claims:
+        from posx.claims.render import to_rich
+
+        console.print(to_rich(result.sections[-1]))
+
+
+def _write_text(text: str, output: Path | None) -> None:
+    """Writes the exported report to ``output`` (atomically), or to stdout without one."""
+    from posx.storage.results import atomic_write
+
+    if output is None:
+        sys.stdout.write(text)
+        return
+    atomic_write(output, text)
+    console.print(f"wrote {output}", soft_wrap=True)
+
+
+def _write_plots(result: Report, directory: Path) -> None:
+    """Writes the report's plots into ``directory`` and says why any plot was left out."""
+    from posx.report import write_report_plots
+
+    paths, skipped = write_report_plots(result, directory)
+    console.print(f"wrote {len(paths)} plot files to {directory}/", soft_wrap=True)
+    for stem, why in skipped:
+        err_console.print(f"posx: no plot {stem}: {why}", markup=False, soft_wrap=True)
 
 
 def _claims_exit(verdicts: list) -> None:

@@ -74,47 +74,59 @@ def to_rich(
     """Rich renderables: one table per scenario (notes as its caption), then the ranking."""
     out: list[Table | Group | Text] = []
     for t in tables:
-        lines = [f"[{i}] {note}" for i, note in enumerate(t.notes, 1)]
-        caption = "\n".join([*lines, *(f"note: {r}" for r in t.remarks)]) or None
         # The title goes above as its own line: a table title would wrap to the table's width.
-        out.append(Text(title(t.meta), style="bold"))
-        table = Table(caption=caption, caption_justify="left")
-        table.add_column("encoding", style="bold", no_wrap=True)  # labels are short
-        table.add_column("n", justify="right")
-        for length in t.lengths:
-            table.add_column(f"L={length}", justify="right")
-        for row in t.rows:
-            label = Text(row)
-            if row in t.not_learned:  # on its own line: the label column never wraps
-                label.append(f"\n{NOT_LEARNED}", style="italic")
-            cells = [label, Text(str(t.n[row]))]
-            for length in t.lengths:
-                value, extra, fewer, note = cell_parts(t, row, length, digits, ratio)
-                best = t.cell(row, length).best
-                text = Text(value, style="bold green" if best else ("dim" if note else ""))
-                if note:
-                    text.append(f" [{note}]", style="dim")
-                if extra:
-                    text.append(f" {extra}", style="cyan")
-                if fewer:
-                    text.append(f" ({fewer})", style="yellow")
-                cells.append(text)
-            table.add_row(*cells, style="dim" if row in t.not_learned else None)
-        out.append(table)
+        out += [Text(title(t.meta), style="bold"), _rich_table(t, digits, ratio)]
     if rank is not None and len(rank):
-        header, rows = _rank_cells(rank)
-        out.append(Text(rank_title(which), style="bold"))
-        table = Table()
-        for i, name in enumerate(header):
-            table.add_column(
-                name, justify="left" if i == 0 else "right", style="bold" if not i else ""
-            )
-        for cells in rows:
-            table.add_row(*(Text(c) for c in cells))
-        out.append(table)
+        out += [Text(rank_title(which), style="bold"), _rich_rank(rank)]
     if tables:
         out.append(Text(legend(tables), style="dim"))
     return out
+
+
+def _rich_table(t: WideTable, digits: int, ratio: bool) -> Table:
+    """One scenario's table; its notes and remarks are the caption."""
+    lines = [f"[{i}] {note}" for i, note in enumerate(t.notes, 1)]
+    caption = "\n".join([*lines, *(f"note: {r}" for r in t.remarks)]) or None
+    table = Table(caption=caption, caption_justify="left")
+    table.add_column("encoding", style="bold", no_wrap=True)  # labels are short
+    table.add_column("n", justify="right")
+    for length in t.lengths:
+        table.add_column(f"L={length}", justify="right")
+    for row in t.rows:
+        label = Text(row)
+        if row in t.not_learned:  # on its own line: the label column never wraps
+            label.append(f"\n{NOT_LEARNED}", style="italic")
+        cells = [_rich_cell(t, row, length, digits, ratio) for length in t.lengths]
+        table.add_row(
+            label, Text(str(t.n[row])), *cells, style="dim" if row in t.not_learned else None
+        )
+    return table
+
+
+def _rich_cell(t: WideTable, row: str, length: int, digits: int, ratio: bool) -> Text:
+    """One cell: the value (bold green when best; dim, with its note's number, when a note
+    explains it), then the ``×r`` ratio and the seed count when it has fewer seeds than its row."""
+    value, extra, fewer, note = cell_parts(t, row, length, digits, ratio)
+    best = t.cell(row, length).best
+    text = Text(value, style="bold green" if best else ("dim" if note else ""))
+    if note:
+        text.append(f" [{note}]", style="dim")
+    if extra:
+        text.append(f" {extra}", style="cyan")
+    if fewer:
+        text.append(f" ({fewer})", style="yellow")
+    return text
+
+
+def _rich_rank(rank: pd.DataFrame) -> Table:
+    """The ranking table: the encoding column left-aligned and bold, the numbers right."""
+    header, rows = _rank_cells(rank)
+    table = Table()
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right", style="bold" if not i else "")
+    for cells in rows:
+        table.add_row(*(Text(c) for c in cells))
+    return table
 
 
 # --- Markdown ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ room), wide tables scroll inside their own box instead of widening the page.
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
@@ -151,60 +152,109 @@ def to_html(
         base: The directory the page is written to (links to configs are relative to it).
         sections: Plain tables shown after the ranking (the claims' verdicts).
     """
-    figures, skipped = list(figures or []), list(skipped or [])
+    plots = _Placement(list(figures or []), list(skipped or []))
     body = [f"<h1>{escape(heading)}</h1>"]
     if origin is not None:
         body.append(_header(origin))
     body.append(f'<p class="legend">{escape(legend(tables))}.</p>')
-    shown: set[str] = set()
     for i, t in enumerate(tables, 1):
-        header = ["encoding", "n", *(f"L={x}" for x in t.lengths)]
-        rows = []
-        for row in t.rows:
-            cells = "".join(_cell(t, row, x, digits, ratio) for x in t.lengths)
-            cls = ' class="unlearned"' if row in t.not_learned else ""
-            label = escape(row_label(t, row))
-            rows.append(f"<tr{cls}><td>{label}</td><td>{t.n[row]}</td>{cells}</tr>")
-        body.append(f'<section class="result" id="table-{i}">')
-        body.append(f"<h2>{escape(title(t.meta))}</h2>")
-        body.append(_table(header, rows))
-        if t.notes:
-            notes = "".join(f"<li>[{k}] {escape(n)}</li>" for k, n in enumerate(t.notes, 1))
-            body.append(f'<ul class="notes">{notes}</ul>')
-        for remark in t.remarks:
-            body.append(f'<p class="notes">Note: {escape(remark)}</p>')
-        stems = _stems_of(t)
-        mine = [(s, svg) for s, svg in figures if _mine(s, stems) and s not in shown]
-        if mine:
-            body.append('<div class="plots">' + "".join(_figure(s, svg) for s, svg in mine))
-            body.append("</div>")
-        shown |= {s for s, _ in mine}
-        for stem, why in skipped:
-            if _mine(stem, stems) and stem not in shown:
-                body.append(f'<p class="skipped">No plot {escape(stem)}: {escape(why)}</p>')
-                shown.add(stem)
-        body.append("</section>")
-    rest = [(s, svg) for s, svg in figures if s not in shown]
-    if rest or any(s not in shown for s, _ in skipped):
-        body.append('<section class="result" id="other-plots"><h2>Other plots</h2>')
-        body.append('<div class="plots">' + "".join(_figure(s, svg) for s, svg in rest) + "</div>")
-        for stem, why in skipped:
-            if stem not in shown:
-                body.append(f'<p class="skipped">No plot {escape(stem)}: {escape(why)}</p>')
-        body.append("</section>")
-    if rank is not None and len(rank):
-        header, cells = _rank_cells(rank)
-        rows = ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in cells]
-        body += [f"<h2>{escape(rank_title(which))}</h2>", _table(header, rows)]
+        body += _result(i, t, digits, ratio, plots.under(t))
+    body += plots.rest()
+    body += _ranking(rank, which)
     for section in sections or []:
-        rows = [
-            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in section.rows
-        ]
-        body += [f"<h2>{escape(section.title)}</h2>",
-                 _table(section.header, rows, cls="configs")]  # fmt: skip
-        body += [f'<p class="notes">{escape(n)}</p>' for n in section.notes]
+        body += _section(section)
     if origin is not None:
         body += _configs(origin, base)
+    return _page(heading, body)
+
+
+@dataclass
+class _Placement:
+    """Places each plot once: under the first table it belongs to, else under "Other plots"."""
+
+    figures: list[tuple[str, bytes]]
+    skipped: list[tuple[str, str]]  # (file stem, reason): the reason stands in for the plot
+    shown: set[str] = field(default_factory=set)
+
+    def under(self, t: WideTable) -> list[str]:
+        """The plots of table ``t`` not shown yet, then the reasons for its plots left out."""
+        stems = _stems_of(t)
+        mine = [(s, svg) for s, svg in self.figures if _mine(s, stems) and s not in self.shown]
+        lines = []
+        if mine:
+            lines.append('<div class="plots">' + "".join(_figure(s, svg) for s, svg in mine))
+            lines.append("</div>")
+        self.shown |= {s for s, _ in mine}
+        for stem, why in self.skipped:
+            if _mine(stem, stems) and stem not in self.shown:
+                lines.append(_no_plot(stem, why))
+                self.shown.add(stem)
+        return lines
+
+    def rest(self) -> list[str]:
+        """An "Other plots" section with every plot no table has shown; none if there is none."""
+        rest = [(s, svg) for s, svg in self.figures if s not in self.shown]
+        if not rest and all(s in self.shown for s, _ in self.skipped):
+            return []
+        return [
+            '<section class="result" id="other-plots"><h2>Other plots</h2>',
+            '<div class="plots">' + "".join(_figure(s, svg) for s, svg in rest) + "</div>",
+            *(_no_plot(stem, why) for stem, why in self.skipped if stem not in self.shown),
+            "</section>",
+        ]
+
+
+def _no_plot(stem: str, why: str) -> str:
+    """The line that stands in for a plot left out, with the reason."""
+    return f'<p class="skipped">No plot {escape(stem)}: {escape(why)}</p>'
+
+
+def _result(i: int, t: WideTable, digits: int, ratio: bool, plots: list[str]) -> list[str]:
+    """Scenario table ``i`` as a section: its title, the table, its notes, then its plots."""
+    header = ["encoding", "n", *(f"L={x}" for x in t.lengths)]
+    rows = []
+    for row in t.rows:
+        cells = "".join(_cell(t, row, x, digits, ratio) for x in t.lengths)
+        cls = ' class="unlearned"' if row in t.not_learned else ""
+        label = escape(row_label(t, row))
+        rows.append(f"<tr{cls}><td>{label}</td><td>{t.n[row]}</td>{cells}</tr>")
+    lines = [
+        f'<section class="result" id="table-{i}">',
+        f"<h2>{escape(title(t.meta))}</h2>",
+        _table(header, rows),
+    ]
+    if t.notes:
+        notes = "".join(f"<li>[{k}] {escape(n)}</li>" for k, n in enumerate(t.notes, 1))
+        lines.append(f'<ul class="notes">{notes}</ul>')
+    lines += [f'<p class="notes">Note: {escape(remark)}</p>' for remark in t.remarks]
+    return [*lines, *plots, "</section>"]
+
+
+def _text_row(cells: list[str]) -> str:
+    """A table row of plain text cells (escaped)."""
+    return "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
+
+
+def _ranking(rank: pd.DataFrame | None, which: str) -> list[str]:
+    """The ranking's heading and table; none without a ranking."""
+    if rank is None or not len(rank):
+        return []
+    header, cells = _rank_cells(rank)
+    return [f"<h2>{escape(rank_title(which))}</h2>", _table(header, list(map(_text_row, cells)))]
+
+
+def _section(section: Section) -> list[str]:
+    """A plain section (the claims' verdicts): heading, table (cells wrap), notes."""
+    rows = list(map(_text_row, section.rows))
+    return [
+        f"<h2>{escape(section.title)}</h2>",
+        _table(section.header, rows, cls="configs"),
+        *(f'<p class="notes">{escape(n)}</p>' for n in section.notes),
+    ]
+
+
+def _page(heading: str, body: list[str]) -> str:
+    """The HTML document around ``body``, one element per line."""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

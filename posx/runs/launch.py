@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.conf import HydraConf
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
@@ -102,46 +103,74 @@ def _job(cfg: DictConfig, debug: bool, trust: Sequence[str] | None = None) -> fl
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
     try:
-        if world().is_main:
-            log.info(f"run directory: {run_dir}")
-        if trust is not None:
-            check_trusted(cfg, trust, "the run's overrides")
-        validate(cfg)
-        check_variants(cfg)
-        check_loggers(cfg)
-        sweep_dir = Path(hc.sweep.dir) if multirun else None
-        final_loss = train_and_evaluate(cfg, run_dir, _names(cfg), sweep_dir)["final_loss"]
-        if world().is_main and not multirun:  # a sweep names its next commands once, at its end
-            for line in next_commands(run_dir, Path(cfg.root), eval_lengths(cfg)):
-                log.info(line)
-        return final_loss
+        return _train_job(cfg, run_dir, trust, hc, multirun)
     except Interrupted as err:  # Ctrl-C: the run is resumable, the sweep stops
         _error(f"posx: {err}")
         raise SystemExit(err.exit_code) from err
     except KeyboardInterrupt as err:  # a second Ctrl-C: stop now, without a new checkpoint
-        try:
-            checkpoint_dir(run_dir)
-            kept = f"resume from the last checkpoint: posx resume {run_dir}"
-        except PosxError:
-            kept = "no checkpoint was saved"
-        message = f"stopped at once by a second Ctrl-C; {kept}"
-        if world().is_main:
-            mark_failed(run_dir, message)
-        _error(f"posx: {message}")
+        _stopped_at_once(run_dir)
         raise SystemExit(130) from err
     except Exception as err:
-        message = one_line(err)
-        if not isinstance(err, PosxError):
-            message = f"{type(err).__name__}: {message}"
-        if world().is_main:
-            mark_failed(run_dir, message)
-        if debug:
-            traceback.print_exc()
-        if multirun:
-            _error(f"posx: run {run_dir.name} failed: {message}")
-            return None
-        _error(f"posx: error: {message}")
-        raise SystemExit(err.exit_code if isinstance(err, PosxError) else 1) from err
+        _job_failed(err, run_dir, debug, multirun)
+        return None  # a sweep's failed job: recorded in its run.json, the next job runs
+
+
+def _train_job(
+    cfg: DictConfig, run_dir: Path, trust: Sequence[str] | None, hc: HydraConf, multirun: bool
+) -> float:
+    """Checks the job's config, then trains and evaluates it in ``run_dir``.
+
+    Returns:
+        The final training loss (what a Hydra sweeper optimises).
+    """
+    if world().is_main:
+        log.info(f"run directory: {run_dir}")
+    if trust is not None:
+        check_trusted(cfg, trust, "the run's overrides")
+    validate(cfg)
+    check_variants(cfg)
+    check_loggers(cfg)
+    sweep_dir = Path(hc.sweep.dir) if multirun else None
+    final_loss = train_and_evaluate(cfg, run_dir, _names(cfg), sweep_dir)["final_loss"]
+    if world().is_main and not multirun:  # a sweep names its next commands once, at its end
+        for line in next_commands(run_dir, Path(cfg.root), eval_lengths(cfg)):
+            log.info(line)
+    return final_loss
+
+
+def _stopped_at_once(run_dir: Path) -> None:
+    """Records and reports a job stopped by a second Ctrl-C, naming the checkpoint it can
+    resume from, if any."""
+    try:
+        checkpoint_dir(run_dir)
+        kept = f"resume from the last checkpoint: posx resume {run_dir}"
+    except PosxError:
+        kept = "no checkpoint was saved"
+    message = f"stopped at once by a second Ctrl-C; {kept}"
+    if world().is_main:
+        mark_failed(run_dir, message)
+    _error(f"posx: {message}")
+
+
+def _job_failed(err: Exception, run_dir: Path, debug: bool, multirun: bool) -> None:
+    """Records a failed job in its ``run.json`` and reports it (with the traceback under
+    ``debug``). Called while ``err`` is being handled, so that the traceback is ``err``'s.
+
+    Raises:
+        SystemExit: Outside a sweep, with posx's exit code for the error (1 for a bug).
+    """
+    message = one_line(err)
+    if not isinstance(err, PosxError):
+        message = f"{type(err).__name__}: {message}"
+    if world().is_main:
+        mark_failed(run_dir, message)
+    if debug:
+        traceback.print_exc()
+    if multirun:
+        _error(f"posx: run {run_dir.name} failed: {message}")
+        return
+    _error(f"posx: error: {message}")
+    raise SystemExit(err.exit_code if isinstance(err, PosxError) else 1) from err
 
 
 def _error(message: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, OverrideParseException
 from omegaconf import DictConfig
 
@@ -94,43 +95,81 @@ def check_overrides(
     that is neither posx's nor under a trusted prefix is refused before anything is built.
     """
     dirs = user_config_dirs() if dirs is None else dirs
+    options, hydra_overrides = _options(_parse(overrides), dirs)
+    combos = _combinations(options)
+    if hydra_overrides:  # e.g. an unknown launcher: one line here instead of Hydra's report
+        compose([*min(combos), *hydra_overrides], dirs, hydra_node=True)
+    for combo in itertools.islice(sorted(combos), MAX_CHECKED):
+        _check_config(compose(list(combo), dirs), build, trust)
+
+
+def _parse(overrides: list[str]) -> list[Override]:
+    """Hydra's parse of the overrides.
+
+    Raises:
+        ConfigError: An override Hydra cannot parse, in one line.
+    """
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        return OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as err:
         raise ConfigError(f"bad override: {one_line(err)}") from err
+
+
+def _options(parsed: list[Override], dirs: list[Path]) -> tuple[list[list[str]], list[str]]:
+    """Every value of each config override as ``key=value`` (a config group's options checked
+    to exist), and the ``hydra...`` overrides apart.
+
+    Returns:
+        One list of ``key=value`` per override that is not Hydra's, and the Hydra overrides
+        that are not sweeps (``hydra/launcher=...``, ``hydra.job.chdir=...``): those are
+        checked once, on their own.
+    """
     options: list[list[str]] = []
-    hydra_overrides = []  # hydra/launcher=..., hydra.job.chdir=...: checked once, below
+    hydra_overrides = []
     for o in parsed:
         key = o.get_key_element()
         if key.lstrip("+~").startswith("hydra"):
             if not o.is_sweep_override():
                 hydra_overrides.append(o.input_line)
             continue
-        try:
-            values = (
-                list(o.sweep_string_iterator())
-                if o.is_sweep_override()
-                else [o.get_value_element_as_str()]
-            )
-        except HydraException:  # glob() and other sweeps Hydra expands itself
+        values = _values(o)
+        if values is None:
             continue
         for v in values:
             check_group_value(o.key_or_group, v, dirs)
         options.append([f"{key}={v}" for v in values])
+    return options, hydra_overrides
+
+
+def _values(o: Override) -> list[str] | None:
+    """The values an override takes (one unless it sweeps); None for sweeps that Hydra expands
+    itself, such as ``glob()``, which are left to Hydra."""
+    try:
+        if o.is_sweep_override():
+            return list(o.sweep_string_iterator())
+        return [o.get_value_element_as_str()]
+    except HydraException:
+        return None
+
+
+def _combinations(options: list[list[str]]) -> set[tuple[str, ...]]:
+    """The combinations that check each value once: every override at its first value, then
+    each other value of each override with the rest at their first."""
     combos = {tuple(o[0] for o in options)}
     for i, opts in enumerate(options):
         for v in opts[1:]:
             combos.add(tuple(v if j == i else o[0] for j, o in enumerate(options)))
-    if hydra_overrides:  # e.g. an unknown launcher: one line here instead of Hydra's report
-        compose([*min(combos), *hydra_overrides], dirs, hydra_node=True)
-    for combo in itertools.islice(sorted(combos), MAX_CHECKED):
-        cfg = compose(list(combo), dirs)
-        validate(cfg)
-        check_loggers(cfg)  # a tracker that is not installed: one line, before any run starts
-        if trust is not None:
-            check_trusted(cfg, trust, "the run's overrides")
-        if build:
-            check_buildable(cfg)
+    return combos
+
+
+def _check_config(cfg: DictConfig, build: bool, trust: Sequence[str] | None) -> None:
+    """Validates one composed combination and, with ``build``, builds what it would train."""
+    validate(cfg)
+    check_loggers(cfg)  # a tracker that is not installed: one line, before any run starts
+    if trust is not None:
+        check_trusted(cfg, trust, "the run's overrides")
+    if build:
+        check_buildable(cfg)
 
 
 def check_buildable(cfg: DictConfig) -> None:
