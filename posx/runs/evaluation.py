@@ -9,16 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from posx.config.build import build_model, build_positions
+from posx.config.build import build_positions
 from posx.config.compose import eval_lengths
 from posx.config.saved import loadable_config, run_config
 from posx.config.trust import UntrustedTarget
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluation.data import CACHE_DIR, results_root
 from posx.evaluation.sweep import ROW_KEYS, evaluate_run
-from posx.runs.resources import check_eval_fits
+from posx.runs.resources import check_eval_fits, model_for_estimates
 from posx.runtime.distributed import pick_device
 from posx.storage.checkpoint import checkpoint_dir, parameter_shapes, verify_checkpoint
 from posx.storage.results import check_writable, find_runs, read_table, run_info
@@ -202,8 +200,7 @@ def check_eval_memory(
     if not head:
         raise PosxError(f"checkpoint in {run} has no head.weight: not a posx model")
     vocab = head[0]
-    with torch.device("meta"):
-        model = build_model(cfg, vocab)
+    model = model_for_estimates(cfg, vocab)
     hint = (
         "evaluate shorter lengths, lower eval.batch_tokens (as key=value), or pass "
         "--max-memory SIZE"

@@ -22,6 +22,7 @@ from posx.runs.resources import (
     ModelShape,
     check_eval_fits,
     check_fits,
+    model_for_estimates,
     parse_size,
     train_step_bytes,
 )
@@ -193,8 +194,7 @@ def check_memory(cfg: DictConfig, vocab_size: int) -> None:
     except PosxError:  # e.g. no CUDA: the job itself reports it
         return
     limit = parse_size(cfg.train.max_memory, "train.max_memory")
-    with torch.device("meta"):
-        model = build_model(cfg, vocab_size)
+    model = model_for_estimates(cfg, vocab_size)
     t = cfg.train
     hint = "lower train.length or train.batch_size (or set train.max_memory=SIZE)"
     need = train_step_bytes(ModelShape.of(model, device), t.batch_size, t.length)

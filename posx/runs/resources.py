@@ -12,6 +12,7 @@ need to tell what fits from what cannot.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,15 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from posx.errors import ConfigError
+from posx.config.build import build_model
+from posx.errors import ConfigError, one_line
 from posx.evaluation.protocol import resolve_protocol
 from posx.model.attention import choose_kernel
 from posx.model.transformer import TransformerLM
 from posx.positions import PositionStrategy
 from posx.tasks.text import sequences_for
+
+log = logging.getLogger(__name__)
 
 FLOAT = 4  # bytes: float32 activations (bf16 autocast on CUDA only makes them smaller)
 INDEX = 8  # bytes: int64 token ids and positions
@@ -88,6 +92,31 @@ class ModelShape:
             score_bytes=enc.score_bytes,
             block_score_bytes=enc.block_score_bytes,
         )
+
+
+def model_for_estimates(cfg: DictConfig, vocab_size: int) -> TransformerLM:
+    """The run's model for the estimates, built on the ``meta`` device (nothing allocated).
+
+    An estimate is an aid and must not stop a run: an encoding that computes with data while
+    it is built, or while it says which lengths it supports, cannot run on ``meta`` (``nonzero``
+    and ``item`` have no value there). It is then built on the CPU, which allocates its weights
+    (as training will anyway), and one warning line says so.
+
+    Raises:
+        ConfigError: The config cannot build a model at all (the CPU build fails the same way).
+    """
+    try:
+        with torch.device("meta"):
+            model = build_model(cfg, vocab_size)
+            model.encoding.unsupported_reason(cfg.train.length)
+        return model
+    except Exception as err:  # noqa: BLE001 - whatever the meta device cannot compute
+        model = build_model(cfg, vocab_size)  # a real config error is raised here
+        log.warning(
+            f"{type(model.encoding).__name__} cannot be built on the meta device "
+            f"({one_line(err)[:160]}); its memory estimate uses a model built on the CPU"
+        )
+        return model
 
 
 def flex_enabled(model: TransformerLM, device: torch.device) -> bool:

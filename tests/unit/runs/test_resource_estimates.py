@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
 from posx.config.build import build_model
 from posx.config.compose import compose
+from posx.encodings.base import PositionalEncoding
 from posx.errors import ConfigError
 from posx.model.attention import FLEX_AVAILABLE
+from posx.runs.preflight import check_memory
 from posx.runs.resources import (
     ModelShape,
     available_bytes,
     check_fits,
     eval_bytes,
     gib,
+    model_for_estimates,
     parse_size,
     train_step_bytes,
 )
@@ -97,3 +102,31 @@ def test_on_cuda_a_bias_runs_fused_and_keeps_no_scores():
     assert ModelShape.of(fire, torch.device("cuda")).learned_bias
     model.attention_kernel = "blocked"  # the blocked kernel forced on CUDA too
     assert ModelShape.of(model, torch.device("cuda")).learned_bias
+
+
+class DataDependentEncoding(PositionalEncoding):
+    """A user's encoding whose constructor reads a tensor's value, which the meta device cannot
+    give (as deberta's and xpos's did before issue 30)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limit = int(torch.arange(4).nonzero().max())
+
+
+def test_an_encoding_the_meta_device_cannot_build_is_estimated_on_the_cpu(caplog):
+    cfg = compose(
+        ["task=copy", "encoding=nope", f"encoding._target_={__name__}.DataDependentEncoding"]
+    )
+    with caplog.at_level(logging.WARNING):
+        model = model_for_estimates(cfg, vocab_size=20)
+    assert isinstance(model.encoding, DataDependentEncoding) and model.encoding.limit == 3
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "DataDependentEncoding" in warning and "meta" in warning and "\n" not in warning
+    check_memory(cfg, vocab_size=20)  # the preflight goes on: an estimate never stops a run
+
+
+def test_a_bad_config_is_still_an_error_on_the_cpu_fallback():
+    cfg = compose(["task=copy", "encoding=alibi"])
+    cfg.encoding._target_ = "posx.encodings.alibi.NoSuchEncoding"
+    with pytest.raises(ConfigError, match="NoSuchEncoding"):
+        model_for_estimates(cfg, vocab_size=20)
