@@ -87,6 +87,7 @@ def claims_section(
 
 
 def to_markdown(section: Section) -> str:
+    """The verdicts section as Markdown: a bold title, the table, then its notes."""
     return section_markdown(section)
 
 

@@ -43,7 +43,10 @@ def _root(
         "beside the built-in ones (repeatable; also POSX_CONFIG_PATH=DIR1:DIR2).",
     ),
 ) -> None:
-    """(``--debug`` is read by :func:`debug_requested`, which also sees ``POSX_DEBUG``.)"""
+    """Keeps the ``--config-dir`` directories on the context for the commands.
+
+    ``--debug`` is read by :func:`debug_requested`, which also sees ``POSX_DEBUG``.
+    """
     ctx.obj = {"config_dirs": list(config_dir or [])}
 
 

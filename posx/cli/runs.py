@@ -66,6 +66,11 @@ def runs_(
 
 
 def parse_lengths(text: str) -> list[int]:
+    """The ``--lengths`` option (``512,1024,2048``) as a list of positive integers.
+
+    Raises:
+        ConfigError: A part that is not an integer, or a length that is not positive.
+    """
     from posx.config.compose import positive_lengths
 
     values: list[int] = []

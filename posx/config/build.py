@@ -28,7 +28,10 @@ def _root_cause(err: BaseException) -> BaseException:
 
 def locate(path: str) -> Any:
     """The object a dotted ``_target_`` path names: the longest importable module prefix, then
-    attributes. (``hydra.utils.get_object`` does the same but logs every failure at ERROR.)"""
+    attributes.
+
+    ``hydra.utils.get_object`` does the same but logs every failure at ERROR.
+    """
     parts = path.split(".")
     if not path or not all(parts):
         raise ImportError(f"not a dotted path: {path!r}")
@@ -155,6 +158,16 @@ def build_encoding(cfg: DictConfig) -> PositionalEncoding:
 
 
 def build_model(cfg: DictConfig, vocab_size: int) -> TransformerLM:
+    """The :class:`TransformerLM` of ``cfg.model`` with the encoding of ``cfg.encoding``.
+
+    Args:
+        cfg: The run's config.
+        vocab_size: Number of token ids (the task's).
+
+    Raises:
+        ConfigError: The encoding cannot be built, or the model's settings are inconsistent
+            (``d_model`` not divisible by ``n_heads``, an unknown attention kernel).
+    """
     m = OmegaConf.to_container(cfg.model, resolve=True)
     assert isinstance(m, dict)
     try:

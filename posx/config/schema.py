@@ -79,6 +79,8 @@ class EvalConfig:
 
 @dataclass
 class PosxConfig:
+    """The whole config of a run (the root node): the typed groups and the open ones."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

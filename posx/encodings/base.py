@@ -187,6 +187,7 @@ def add_head_dim(bias: Tensor) -> Tensor:
 
 
 def as_float(pos: Tensor) -> Tensor:
+    """Positions as a float tensor: ``pos`` itself when it already is one, else float32."""
     return pos if pos.is_floating_point() else pos.to(torch.float32)
 
 

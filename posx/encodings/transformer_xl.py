@@ -53,6 +53,7 @@ def xl_sinusoid(distance: Tensor, dim: int) -> Tensor:
 
 
 def xl_inv_freq(dim: int, device: torch.device) -> Tensor:
+    """The sinusoid's frequencies ``w_f = 10000^(-2f/dim)`` ``[dim/2]``, float64 on ``device``."""
     return 10000.0 ** (-torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim)
 
 
@@ -71,6 +72,8 @@ def distance_span(q_pos: Tensor, k_pos: Tensor, most: int | None = None) -> tupl
     Args:
         q_pos: Query positions ``[s]`` or ``[b, s]``.
         k_pos: Key positions ``[s]`` or ``[b, s]`` (the same tokens, by index).
+        most: Number of distances the span must stay under (``hi - lo < most``), else the
+            result is ``None``; ``None``: ``4 s + 1024``.
     """
     if q_pos.is_floating_point() and not (
         torch.equal(q_pos, q_pos.round()) and torch.equal(k_pos, k_pos.round())

@@ -145,6 +145,8 @@ def evaluate_model(
 
 
 def row_key(row: dict[str, Any]) -> dict[str, Any]:
+    """The columns of eval row ``row`` that each of its per-position bucket rows repeats: the
+    length, the protocol (mode, window, stride), status and reason."""
     return {k: row[k] for k in ("eval_length", "mode", "window", "stride", "status", "reason")}
 
 

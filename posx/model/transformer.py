@@ -37,6 +37,17 @@ def head_dim(d_model: int, n_heads: int, prefix: str = "") -> int:
 
 
 class SelfAttention(nn.Module):
+    """Causal multi-head self-attention; the layer's encoding, passed to each call, applies
+    its hooks (see :func:`posx.model.attention.causal_attention`).
+
+    Args:
+        d_model: Residual width.
+        n_heads: Attention heads (must divide ``d_model``).
+        dropout: Dropout on the output projection.
+        block_size: Most queries per block on the blocked bias path.
+        kernel: Kernel for bias encodings: ``auto``, ``blocked`` or ``flex``.
+    """
+
     def __init__(
         self, d_model: int, n_heads: int, dropout: float, block_size: int, kernel: str = "auto"
     ) -> None:
@@ -61,6 +72,17 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
+    """One pre-norm Transformer block: self-attention, then a GELU MLP, each a residual branch.
+
+    Args:
+        d_model: Residual width.
+        n_heads: Attention heads (must divide ``d_model``).
+        d_ff: MLP hidden width.
+        dropout: Dropout on the residual branches.
+        block_size: Most queries per block on the blocked bias path.
+        kernel: Kernel for bias encodings: ``auto``, ``blocked`` or ``flex``.
+    """
+
     def __init__(
         self,
         d_model: int,

@@ -86,7 +86,11 @@ def make_report(
     Args:
         root: Results root; every run directory below it counts.
         metric: ``auto`` or a metric column (see ``metric_by_task``).
-        tasks, encodings, modes, variants: Filters (see ``data.select``).
+        tasks: Tasks to keep (repeated or comma-separated); None = all (see ``data.select``).
+        encodings: Encodings to keep, likewise.
+        modes: Evaluation modes to keep (``full``, ``sliding``), likewise.
+        variants: Eval-time variants to keep (``base``, ``all``, ``rope+yarn×4``, ...);
+            None = all.
         by: Compared inside one table: model, train_length, task, mode, seed, or any config
             key (``train.steps``).
         rank: Include the mean-reciprocal-rank table; None = when 2+ tasks are shown.

@@ -70,6 +70,7 @@ def read_run_config(run: Path) -> RunConfig:
 
 
 def config_column(key: str) -> str:
+    """The column that holds config key ``key`` in a report frame: ``config:<key>``."""
     return f"{PREFIX}{key}"
 
 

@@ -182,7 +182,9 @@ def select(
 
     Args:
         frame: Normalised rows (``load_evals`` or ``load_positions``).
-        tasks, encodings, modes: Allowed values (repeated or comma-separated).
+        tasks: Tasks to keep (repeated or comma-separated); None keeps every task.
+        encodings: Encodings to keep (the ``encoding`` column), likewise.
+        modes: Evaluation modes to keep (``full``, ``sliding``), likewise.
         variants: Eval-time variants to keep: ``base`` (no overrides), ``all``, a short label
             or parts of one (``rope+yarn×4``, ``yarn``, ``yarnx4``), or space-separated
             ``key=value`` tokens the row's overrides must all contain

@@ -35,6 +35,7 @@ def legend(tables: list[WideTable]) -> str:
 
 
 def rank_title(which: str) -> str:
+    """The ranking's title, naming the eval lengths ranked on (``which``: ``ood`` or ``all``)."""
     lengths = "eval lengths past training" if which == "ood" else "all eval lengths"
     return (
         f"Ranking across tasks: mean reciprocal rank over the tasks ranked in (ranks on "
@@ -137,6 +138,8 @@ def _md_escape(text: str) -> str:
 
 
 def md_cell(t: WideTable, row: str, length: int, digits: int, ratio: bool) -> str:
+    """One cell in Markdown: the value (bold when best), its note's number, the ``×r`` ratio
+    and the seed count when it has fewer seeds than its row."""
     value, extra, fewer, note = cell_parts(t, row, length, digits, ratio)
     text = f"**{value}**" if t.cell(row, length).best else value
     if note:
@@ -224,6 +227,8 @@ def tex_escape(text: str) -> str:
 
 
 def tex_cell(t: WideTable, row: str, length: int, digits: int, ratio: bool) -> str:
+    """One cell in LaTeX (escaped): the value (bold when best), its note's number as a
+    superscript, then the ``×r`` ratio and the seed count in small type."""
     value, extra, fewer, note = cell_parts(t, row, length, digits, ratio)
     text = tex_escape(value)
     if t.cell(row, length).best:

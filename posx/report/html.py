@@ -147,6 +147,10 @@ def to_html(
         tables: Scenario tables (``pivot``).
         rank: The mean-reciprocal-rank table, or None to leave it out.
         figures: (file stem, SVG bytes) pairs; each is shown under the table it belongs to.
+        which: The lengths the ranking is on, for its title: ``ood`` or ``all``.
+        digits: Decimals in the tables.
+        ratio: Show each cell's ``×r`` ratio to the same run at its training length.
+        heading: The page's title and top heading.
         skipped: (file stem, reason) of plots left out; the reason is shown in their place.
         origin: The provenance header and configuration list, or None to leave them out.
         base: The directory the page is written to (links to configs are relative to it).

@@ -230,7 +230,9 @@ def training_figure(meta: dict[str, Any], part: pd.DataFrame, colors: dict[str, 
 
 
 def training_key(part: pd.DataFrame) -> str:
-    # One line per row label (a configuration), never an average over different configurations.
+    """The column whose values name the training curves: ``label`` when every row has one,
+    else ``encoding``. One line per row label (a configuration), never an average over
+    different configurations."""
     return "label" if "label" in part and part["label"].notna().all() else "encoding"
 
 

@@ -109,5 +109,6 @@ def check_in_sync(model: torch.nn.Module, w: World) -> None:
 
 
 def barrier(w: World) -> None:
+    """Waits until every rank reaches this point; does nothing in a single process."""
     if w.distributed:
         dist.barrier()

@@ -28,10 +28,13 @@ CHECKPOINT = "checkpoint"
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:
+    """Writes ``frame`` to ``path`` as CSV (no index column), atomically."""
     atomic_write(path, frame.to_csv(index=False))
 
 
 def write_json(path: Path, obj: Any) -> None:
+    """Writes ``obj`` to ``path`` as indented JSON, atomically; values JSON cannot hold
+    (paths, ...) are written as their ``str``."""
     atomic_write(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 

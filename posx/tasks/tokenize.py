@@ -63,6 +63,7 @@ def text_pieces(data: bytes) -> Iterator[str | bytes]:
 
 
 def sha256(data: bytes | str) -> str:
+    """The SHA-256 hex digest of ``data`` (a ``str`` is hashed as UTF-8); keys the caches."""
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
@@ -85,6 +86,11 @@ class ByteTokenizer:
 
 
 def require_tokenizers() -> ModuleType:
+    """The HF ``tokenizers`` module, imported on demand.
+
+    Raises:
+        ConfigError: The library is not installed (extra ``bpe``).
+    """
     try:
         import tokenizers
     except ImportError as err:

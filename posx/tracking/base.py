@@ -83,6 +83,8 @@ class Tracker(ABC):
 
 
 def finite(value: Any) -> bool:
+    """Whether ``value`` is a finite number a tracker can log (an int or float; not a bool,
+    NaN or infinity)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
