@@ -23,6 +23,7 @@ from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, as_float, exact_dtype, relative_distance
 from posx.encodings.rope_scaling import RopeScaling, base_inv_freq, scaled_inv_freq
+from posx.kernels.blocked import FarKeys, blocked_attend
 from posx.kernels.memo import PositionMemo
 
 
@@ -38,7 +39,8 @@ class RoPE(PositionalEncoding):
         train_length: Training length; the default of ``scaling.original_length``.
     """
 
-    #: Queries per block when ReRoPE computes the scores itself (memory O(block x s)).
+    #: Most queries per block when ReRoPE computes the scores itself (``blocked_attend``'s
+    #: ``block_size``; it takes fewer at long lengths, keeping memory linear in ``s``).
     rerope_block_size: int = 256
 
     def __init__(
@@ -89,7 +91,7 @@ class RoPE(PositionalEncoding):
         return scaled_inv_freq(self.scaling, self.base, self.rot_dim, seq_len, device=device)
 
     def cos_sin(self, pos: Tensor, seq_len: int | None = None) -> tuple[Tensor, Tensor]:
-        """cos and sin ``[..., r/2]`` (float32) at ``pos``, with the attention scale folded in.
+        """The cos and sin ``[..., r/2]`` (float32) at ``pos``, the attention scale folded in.
 
         Integer positions index a cached table; float positions are computed directly.
 
@@ -186,8 +188,10 @@ class RoPE(PositionalEncoding):
         """ReRoPE (Su 2023): score with relative position ``min(i - j, w)``.
 
         Pairs closer than ``w`` use the ordinary rotated q and k; farther pairs use q rotated
-        to position ``w`` against unrotated k, i.e. relative position exactly ``w``. Computed
-        per block of queries so memory stays O(block x s).
+        to position ``w`` against unrotated k, i.e. relative position exactly ``w``. Runs in
+        :func:`~posx.kernels.blocked.blocked_attend` (query blocks, memory linear in ``s``);
+        without a gradient, keys at least ``w`` before a whole block are all "far": they take
+        its fused kernel and only the near band is scored here.
 
         Args:
             q: Queries ``[b, h, sq, d_h]``.
@@ -205,21 +209,22 @@ class RoPE(PositionalEncoding):
         q_near, k_near = self.rotate(q, k, q_pos, k_pos)
         q_far = self.turn(q, *self.cos_sin(torch.tensor([w], device=q.device)))
         scale = 1.0 / math.sqrt(q.shape[-1])
-        s = q.shape[-2]
-        outputs = []
-        for i0 in range(0, s, self.rerope_block_size):
-            i1 = min(s, i0 + self.rerope_block_size)
-            near = q_near[..., i0:i1, :] @ k_near[..., :i1, :].transpose(-1, -2)
-            far = q_far[..., i0:i1, :] @ k[..., :i1, :].transpose(-1, -2)
-            dist = relative_distance(as_float(q_pos[..., i0:i1]), as_float(k_pos[..., :i1]))
+        # Keys transposed once, rather than copied transposed in every block's matmul.
+        k_near_t, k_t = k_near.transpose(-1, -2).contiguous(), k.transpose(-1, -2).contiguous()
+        q_at, k_at = as_float(q_pos), as_float(k_pos)
+
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            near = q_near[..., i0:i1, :] @ k_near_t[..., j0:i1]
+            far = q_far[..., i0:i1, :] @ k_t[..., j0:i1]
+            dist = relative_distance(q_at[..., i0:i1], k_at[..., j0:i1])
             if dist.dim() == 3:  # [b, sq, sk] -> [b, 1, sq, sk]
                 dist = dist.unsqueeze(1)
-            scores = torch.where(dist < w, near, far).float() * scale
-            rows = torch.arange(i0, i1, device=q.device).unsqueeze(-1)
-            future = torch.arange(i1, device=q.device) > rows
-            scores = scores.masked_fill(future, float("-inf"))
-            outputs.append(scores.softmax(dim=-1).to(v.dtype) @ v[..., :i1, :])
-        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+            return torch.where(dist < w, near, far).float().mul_(scale), None
+
+        def far_keys() -> FarKeys:  # distance >= w: q rotated to w against unrotated k
+            return FarKeys(distance=w, q=q_far, k=k, scale=scale, q_pos=q_pos, k_pos=k_pos)
+
+        return blocked_attend(v, scores, self.rerope_block_size, far=far_keys)
 
     def extra_repr(self) -> str:
         out = f"head_dim={self.head_dim}, rot_dim={self.rot_dim}, base={self.base}"
