@@ -4,9 +4,14 @@ The runs of a preset are those whose ``run.json`` records it (``experiment``, fr
 ``experiment_name``; else the saved config's ``experiment_name``); the claims come from posx's
 own ``configs/claims/NAME.yaml`` (or a user config dir's), never from a run directory.
 
-**The rule.** A claim ``A op B [op C ...]`` is a chain of links ``A op B``. Each named term has
-one value per seed (its metric, or ``×r``, at the claim's length; for ``mrr:`` the MRR of the
-ranking built from that seed's runs alone). Per link:
+**The values.** A term's value is the cell ``posx report`` prints for its row at the claim's
+length, read from the report's own summary (``report.tables.summarize``), never recomputed: the
+metric in the table's unit (exact match above chance where the task has a chance level), or its
+``×r`` (that value over the same run's at its training length). Its seed values are the cells of
+``posx report --by seed``; for ``mrr:`` a seed's value is the MRR of the ranking built from that
+seed's runs alone.
+
+**The rule.** A claim ``A op B [op C ...]`` is a chain of links ``A op B``. Per link:
 
 - *on the mean*: the link holds for the seed means (for ``mrr:``, the MRR of the report's
   ranking of the seed-mean tables);
@@ -17,8 +22,10 @@ ranking built from that seed's runs alone). Per link:
 The verdict: **✓ holds** when every link holds on the mean and in at least ``level`` (0.8) of
 its seed comparisons; **✗ fails** when some link fails on the mean and its opposite holds in at
 least ``level`` of them; **? inconclusive** otherwise: a term without a value (not run,
-unsupported, failed), fewer than ``min_seeds`` (3) seeds of a term, seeds that split, exact
-matches all at chance (``0 >= 0`` says nothing), or an MRR term ranked in no task.
+unsupported, failed), fewer than ``min_seeds`` (3) seeds of a term, seeds that split, a term
+whose row the report marks ``not learned``, every term's cell at chance by the report's rule
+(``report.chance.cell_at_chance``: an accuracy within its margin of chance, whether compared as
+values or as ``×r``: ``0 >= 0`` says nothing), or an MRR term ranked in no task.
 """
 
 from __future__ import annotations
@@ -32,8 +39,8 @@ from itertools import product
 import pandas as pd
 
 from posx.claims.language import Claim, ClaimsFile, Statement, Term
-from posx.report.chance import above_chance
-from posx.report.data import add_ratio, metric_by_task
+from posx.errors import ConfigError
+from posx.report.chance import LEARNED, cell_at_chance
 from posx.report.rank import rank_table
 from posx.report.tables import pivot, summarize
 
@@ -177,8 +184,9 @@ def _labels(frame: pd.DataFrame) -> str:
     return ", ".join(sorted(set(frame["variant"].astype(str)))) or "none"
 
 
-def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
-    """Fills the verdict's measured values for a claim at one length (not ``mrr:``)."""
+def _task_rows(verdict: Verdict, frame: pd.DataFrame) -> pd.DataFrame | None:
+    """The eval rows of the claim's task (``on TASK``, or the preset's only task); None, with
+    the verdict's reason set, when there is no such task or several and none named."""
     st = verdict.claim.statement
     tasks = sorted(set(frame["task"].astype(str)))
     task = st.task or (tasks[0] if len(tasks) == 1 else None)
@@ -188,62 +196,114 @@ def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
             if task
             else f"runs of several tasks ({', '.join(tasks)}); name one with 'on TASK'"
         )
+        return None
+    return frame[frame["task"].astype(str) == task]
+
+
+def _summaries(verdict: Verdict, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The report's summary of one task's rows (``tables.summarize``, the code behind every
+    number ``posx report`` prints): per configuration, and per seed (``posx report --by seed``).
+
+    A claim reads its values from these and nothing else, so it sees the report's numbers:
+    exact match above chance where the task has a chance level, ×r of that, the margin of
+    chance and the ``not learned`` mark. None, with the reason set, for a metric the rows do
+    not record.
+    """
+    metric = verdict.claim.statement.metric or "auto"
+    try:
+        cells = summarize(rows, metric)
+        seeds = summarize(rows, metric, by=("seed",))
+    except ConfigError as err:
+        verdict.reason = str(err)
+        return None
+    verdict.metric = "/".join(sorted(set(cells["metric"].astype(str))))
+    return cells, seeds
+
+
+def _at_length(verdict: Verdict, summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary's cells at the claim's length (``at 4x``: each row's own training length
+    times 4)."""
+    st = verdict.claim.statement
+    target = st.factor * summary["train_length"] if st.factor is not None else st.length
+    return summary[summary["eval_length"] == target]
+
+
+def _not_learned(name: str, cells: pd.DataFrame) -> str:
+    """Why a term the report marks ``not learned`` has no verdict, with its value at the
+    training length."""
+    home = cells[(cells["eval_length"] == cells["train_length"]) & (cells["n"] > 0)]
+    value = f" ({home['metric'].iloc[0]} {home['mean'].iloc[0]:.3f})" if len(home) else ""
+    return (
+        f"{name} is not learned at its training length{value}, below the report's "
+        f"--learned {LEARNED}: its values past it say nothing about extrapolation"
+    )
+
+
+def _measure(verdict: Verdict, term: Term, cells: pd.DataFrame, seeds: pd.DataFrame) -> None:
+    """Adds one named term's report cell (its mean, or ×r) and per-seed cells to the verdict,
+    or sets the reason it has none (not run, failed, several configurations, not learned)."""
+    where = verdict.claim.statement.where()
+    mine = cells[cells["variant"].astype(str) == term.name]
+    here = _at_length(verdict, mine)
+    ok = here[here["n"] > 0]
+    if here.empty:
+        verdict.reason = f"no rows of {term.name} {where} (labels: {_labels(cells)})"
+    elif ok.empty:
+        first = here.iloc[0]
+        verdict.reason = f"{term.name} {where}: {first['status']} {first['reason']}"
+    elif ok["fingerprint"].nunique() > 1:
+        verdict.reason = (
+            f"{term.name} has runs of {ok['fingerprint'].nunique()} configurations; "
+            "keep one under the root"
+        )
+    elif not ok["learned"].all():
+        verdict.reason = _not_learned(term.name, mine)
+    if verdict.reason:
         return
-    rows = frame[frame["task"].astype(str) == task]
-    metric = st.metric or metric_by_task(rows, "auto")[task]
-    verdict.metric = metric
-    if metric not in rows or not pd.api.types.is_numeric_dtype(rows[metric]):
-        verdict.reason = f"metric {metric!r} is not recorded for task {task!r}"
+    column = "ratio_mean" if term.ratio else "mean"
+    mine = _at_length(verdict, seeds[seeds["variant"].astype(str) == term.name])
+    per_seed = {int(s): float(v) for s, v in zip(mine["seed"], mine[column], strict=True)}
+    per_seed = {s: v for s, v in per_seed.items() if not math.isnan(v)}
+    mean = float(ok[column].iloc[0])
+    if math.isnan(mean) or not per_seed:
+        verdict.reason = f"{term} has no value at the training length to divide by"
         return
-    rows = add_ratio(rows, metric)
-    target = st.factor * rows["train_length"] if st.factor is not None else st.length
-    rows = rows[rows["eval_length"] == target]
-    lengths = sorted(set(rows["eval_length"]))
+    verdict.measured.append(Measured(str(term), per_seed, mean))
+
+
+def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
+    """Fills the verdict's measured values for a claim at one length (not ``mrr:``): each
+    term's cell of ``posx report``'s table, and its cell in each seed's."""
+    st = verdict.claim.statement
+    rows = _task_rows(verdict, frame)
+    summaries = _summaries(verdict, rows) if rows is not None else None
+    if summaries is None:
+        return
+    cells, seeds = summaries
+    lengths = sorted(set(_at_length(verdict, cells)["eval_length"]))
     verdict.where = f"{st.where()} (L={'/'.join(map(str, lengths))})" if lengths else st.where()
     for term in dict.fromkeys(t for t in st.terms if t.name is not None):
-        mine = rows[rows["variant"].astype(str) == term.name]
-        if mine.empty:
-            have = frame[frame["task"].astype(str) == task]
-            verdict.reason = f"no rows of {term.name} {st.where()} (labels: {_labels(have)})"
+        _measure(verdict, term, cells, seeds)
+        if verdict.reason:
             return
-        ok = mine[(mine["status"] == "ok") & mine[metric].notna()]
-        if ok.empty:
-            first = mine.iloc[0]
-            verdict.reason = f"{term.name} {st.where()}: {first['status']} {first['reason']}"
-            return
-        if ok["fingerprint"].nunique() > 1:
-            verdict.reason = (
-                f"{term.name} has runs of {ok['fingerprint'].nunique()} configurations; "
-                "keep one under the root"
-            )
-            return
-        column = "ratio" if term.ratio else metric
-        seeds = {int(s): float(v) for s, v in ok.groupby("seed")[column].mean().items()}
-        seeds = {s: v for s, v in seeds.items() if not math.isnan(v)}
-        if not seeds:
-            verdict.reason = f"{term} has no value at the training length to divide by"
-            return
-        verdict.measured.append(Measured(str(term), seeds, sum(seeds.values()) / len(seeds)))
-    if metric == "exact_match" and not any(t.ratio for t in st.terms):
-        _at_chance(verdict, rows)
+    _at_chance(verdict, _at_length(verdict, cells))
 
 
-def _at_chance(verdict: Verdict, rows: pd.DataFrame) -> None:
-    """Sets the reason when every term's exact match is within chance's margin: two values at
-    zero (or at chance) satisfy ``>=`` without saying anything, as in a report column that
-    carries no rank (issue 24). The margin is the report's (:func:`posx.report.chance.margin`)."""
-    rows = rows.assign(value=rows["exact_match"], metric="exact_match")
-    rows = above_chance(rows)
-    variant = rows["variant"].astype(str)
-    levels = rows.groupby(variant)["margin"].max()
-    raw = rows["chance"] if "chance" in rows else pd.Series(0.0, index=rows.index)
-    floor = pd.to_numeric(raw, errors="coerce").fillna(0.0).groupby(variant).mean()
-    for m in verdict.measured:
-        if m.mean > floor.get(m.term, 0.0) + levels.get(m.term, 0.0) * (1 - floor.get(m.term, 0.0)):
+def _at_chance(verdict: Verdict, cells: pd.DataFrame) -> None:
+    """Sets the reason when every term's cell is at chance (:func:`cell_at_chance`, the
+    report's rule): two values at zero (or at chance) satisfy ``>=`` without saying anything,
+    whether compared as values or as ×r, as in a report column that carries no rank."""
+    names = verdict.claim.statement.names
+    mine = cells[cells["variant"].astype(str).isin(names) & (cells["n"] > 0)]
+    for rec in mine.itertuples():
+        if not cell_at_chance(str(rec.metric), float(rec.mean), float(rec.margin)):
             return
+    rule = f"{verdict.metric} within the report's margin of chance: 3/n or two standard errors"
     verdict.reason = (
-        f"every term is at chance {verdict.where} (exact match within 3/n or two standard errors"
-        " of chance): the comparison cannot tell them apart"
+        f"{names[0]} is at chance {verdict.where} ({rule}): its value cannot be told from chance"
+        if len(names) == 1
+        else f"every term is at chance {verdict.where} ({rule}): the comparison cannot tell "
+        "them apart"
     )
 
 

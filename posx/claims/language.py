@@ -23,7 +23,8 @@ A statement is whitespace-separated tokens::
 NAME is a row label as ``posx report`` shows it (``rope``, ``rope+yarn×4``, ``rope+randomized``;
 ``x`` may stand for ``×``). Comparisons are of the metric's values: ``sinusoidal > rope ... by
 bpb`` says sinusoidal's bits per byte are the larger (worse). ``NAME ×r`` is the run's value
-relative to its own value at the training length (the report's ``×r``). ``at 4x`` is four times
+relative to its own value at the training length, both in the table's unit (the report's
+``×r``: of exact match above chance where the task has a chance level). ``at 4x`` is four times
 each run's training length (``at L=256`` an absolute length); ``by`` defaults to the report's
 metric for the task; ``on`` names the task when the preset has several. ``mrr:`` compares mean
 reciprocal ranks across every task of the preset (``posx report``'s ranking, on the lengths past

@@ -42,14 +42,22 @@ def paper_text(verdict: Verdict) -> str:
     return f"{text} ({where})" if text and where else (text or where or "—")
 
 
+def statement_text(verdict: Verdict) -> str:
+    """The statement, with the metric its values are in when the statement does not say it:
+    ``nope >= rope at 2x (by exact_match)``, or ``by exact_match`` on parity shown as ``(by
+    exact_match_above_chance)``, the unit the report's table (and so the claim) reads."""
+    st = verdict.claim.statement
+    if not verdict.metric or verdict.metric == st.metric or (st.mrr and st.metric):
+        return st.text
+    return f"{st.text} (by {verdict.metric})"
+
+
 def rows(verdicts: Sequence[Verdict], digits: int = 3) -> list[list[str]]:
     """One row of plain text per verdict, in :data:`HEADER`'s order."""
     out = []
     for v in verdicts:
-        st = v.claim.statement
-        statement = st.text if not v.metric or st.metric else f"{st.text} (by {v.metric})"
         out.append([
-            f"{v.symbol} {v.verdict}", f"{v.experiment}/{v.claim.id}", statement,
+            f"{v.symbol} {v.verdict}", f"{v.experiment}/{v.claim.id}", statement_text(v),
             measured_text(v, digits) + (f" {v.where}" if v.where else ""),
             str(v.seeds), v.statistic(), paper_text(v), v.reason,
         ])  # fmt: skip
@@ -71,7 +79,8 @@ def rule(min_seeds: int = MIN_SEEDS, level: float = LEVEL) -> str:
         f"✓ holds: every comparison holds on the seed means and in ≥ {level:.0%} of the "
         f"seed-level comparisons; ✗ fails: one fails on the means and its opposite holds in "
         f"≥ {level:.0%} of them; ? inconclusive: a missing value, fewer than {min_seeds} seeds, "
-        "or split seeds (docs/reproductions.md)"
+        "split seeds, a term the report marks not learned, or every term at chance "
+        "(docs/reproductions.md)"
     )
 
 

@@ -8,9 +8,19 @@ and a number at the task's chance level says nothing about the encoding. So:
   several tokens) above 0, its exact match is shown as ``(exact_match - chance) / (1 - chance)``:
   0 = chance, 1 = every sequence right, negative = below chance. Rows without the column (runs
   evaluated before it existed) count as chance 0, i.e. unchanged.
-- **At chance.** A value of an accuracy-like metric is at chance when it is no more than twice
-  the binomial standard error of chance above it (``2 sqrt(c / ((1 - c) N))`` in above-chance
-  units, N = sequences): exactly 0 where chance is 0.
+- **At chance.** A value of an accuracy-like metric is at chance when it lies no more than its
+  ``margin`` above chance (:func:`cell_at_chance`). The margin is twice the binomial standard
+  error of chance (``2 sqrt(c / ((1 - c) N))`` in above-chance units, N = sequences scored) and
+  at least ``3 / N``, the rule of three (the 95% bound on a rate with no success in N): where
+  chance is 0 the margin is ``3 / N``, not 0, so one or two lucky sequences out of a thousand
+  stay at chance. Rows that record no N (older runs) and metrics other than exact match get
+  margin 0. For exact match at chance 0 and at chance 0.5, 1000 sequences each:
+
+  >>> rows = pd.DataFrame({"task": ["copy", "parity"], "metric": "exact_match",
+  ...                      "value": [0.002, 0.5], "chance": [0.0, 0.5], "sequences": 1000})
+  >>> above_chance(rows)["margin"].round(4).tolist()
+  [0.003, 0.0632]
+
 - **Learned.** A row learned its task when its value at its own training length reaches
   ``learned`` (accuracy-like metrics, in above-chance units; default 0.5) or, for lower-is-better
   metrics, stays at or below ``learned_loss`` (off unless set). A row never evaluated at its
@@ -36,6 +46,26 @@ def is_accuracy(metric: str) -> bool:
     """Whether a metric is a fraction right (``acc*``, ``exact*``), where 0 and chance mean
     nothing learned; losses and timings are not."""
     return metric.split("/")[0].startswith(("acc", "exact"))
+
+
+def cell_at_chance(metric: str, mean: float, margin: float) -> bool:
+    """Whether a table cell's value says nothing about the encoding: an accuracy-like metric
+    (:func:`is_accuracy`) whose mean lies no more than ``margin`` above chance.
+
+    The report's ranking and ``posx check`` both ask this of a cell, so a column the ranking
+    calls "at chance" is one no claim can order either.
+
+    Args:
+        metric: The cell's metric (``exact_match_above_chance``, ``acc``, ``bpb``, ...).
+        mean: The cell's value in the table's units (above chance where the task has a chance
+            level, so chance is 0).
+        margin: The cell's ``margin`` from :func:`above_chance` (0 for metrics without one).
+
+    Returns:
+        True for an accuracy at or below its margin (below chance included); False for a loss
+        or timing, and for a missing value (NaN), which is missing rather than at chance.
+    """
+    return is_accuracy(metric) and bool(mean <= margin)
 
 
 def check_thresholds(learned: float, learned_loss: float | None) -> None:

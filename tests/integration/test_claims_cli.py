@@ -73,3 +73,25 @@ def test_no_preset_with_claims_is_exit_2(tree):
     proc = posx("check", str(tree / "results"))
     assert proc.returncode == 2
     assert "records an experiment with claims" in proc.stderr
+
+
+def test_check_reads_the_reports_numbers_and_guards_issue_30(tmp_path: Path):
+    """Issue 30: on parity (chance 0.5) `rope ×r >= 0.45 at 4x` read the raw ×r (≈0.6, ✓)
+    where the report shows ×0.20; on copy with both at 0, `rope ×r >= alibi ×r at 4x` was ✓
+    9/9. Through `posx check`: ✗ with the report's ×r, and ? at chance; exit 1 (one fails)."""
+    from tests.unit.claims.test_claims_report_cells import COPY_ZERO, PARITY, record_chance
+
+    results = tmp_path / "results"
+    make_seed_tree(results, PARITY, "syn", task="parity")
+    make_seed_tree(results, COPY_ZERO, "syn", task="copy")
+    record_chance(results, {"parity": 0.5, "copy": 0.0})
+    claims = {"keeps": ("rope ×r >= 0.45 at 4x on parity", ""),
+              "zeros": ("rope ×r >= alibi ×r at 4x on copy", "")}  # fmt: skip
+    write_claims(tmp_path / "conf", "syn", claims)
+    proc = posx("--config-dir", str(tmp_path / "conf"), "check", str(results), "-f", "md")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = {line.split("|")[2].strip(): line for line in proc.stdout.splitlines()
+            if line.startswith("| ")}  # fmt: skip
+    assert "✗ fails" in rows["syn/keeps"] and "rope ×r 0.200 ± 0.020" in rows["syn/keeps"]
+    assert "? inconclusive" in rows["syn/zeros"] and "at chance" in rows["syn/zeros"]
+    assert proc.stderr.strip() == "posx: 0 of 2 claims hold, 1 fail, 1 inconclusive"
