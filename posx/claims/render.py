@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rich.table import Table
 from rich.text import Text
 
-from posx.claims.check import FAILS, HOLDS, LEVEL, MIN_SEEDS, Verdict
+from posx.claims.verdict import FAILS, HOLDS, LEVEL, MIN_SEEDS, Verdict
 from posx.report.export import section_markdown
 from posx.report.tables import Section
 

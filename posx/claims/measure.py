@@ -1,0 +1,200 @@
+"""A claim's terms measured on the runs: the report's cells (value, ``×r``, MRR) and the seed
+values behind them, with the report's guards (not learned, at chance)."""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+import pandas as pd
+
+from posx.claims.language import Statement, Term
+from posx.claims.verdict import COMPARE, Link, Measured, Verdict
+from posx.errors import ConfigError
+from posx.report.chance import LEARNED, cell_at_chance
+from posx.report.rank import rank_table
+from posx.report.tables import pivot, summarize
+
+
+def _link(a: Term, op: str, b: Term, values: dict[str, Measured], paired: bool) -> Link:
+    compare = COMPARE[op]
+
+    def side(t: Term) -> tuple[float, dict[int, float] | None]:
+        if t.name is None:
+            return float(t.number or 0.0), None
+        m = values[str(t)]
+        return m.mean, m.seeds
+
+    mean_a, seeds_a = side(a)
+    mean_b, seeds_b = side(b)
+    if seeds_a is None or seeds_b is None:  # one side is a number: each seed against it
+        seeds = seeds_a if seeds_a is not None else seeds_b or {}
+        pairs = [(v, mean_b) if seeds_a is not None else (mean_a, v) for v in seeds.values()]
+    elif paired:
+        pairs = [(seeds_a[s], seeds_b[s]) for s in sorted(set(seeds_a) & set(seeds_b))]
+    else:
+        pairs = list(product(seeds_a.values(), seeds_b.values()))
+    agree = sum(compare(x, y) for x, y in pairs)
+    return Link(str(a), op, str(b), compare(mean_a, mean_b), agree, len(pairs))
+
+
+def links(st: Statement, values: dict[str, Measured], paired: bool) -> list[Link]:
+    """The links ``A op B`` of a statement's chain, each with its mean and seed comparisons."""
+    return [
+        _link(a, op, b, values, paired)
+        for a, op, b in zip(st.terms, st.ops, st.terms[1:], strict=False)
+    ]
+
+
+def _labels(frame: pd.DataFrame) -> str:
+    return ", ".join(sorted(set(frame["variant"].astype(str)))) or "none"
+
+
+def _task_rows(verdict: Verdict, frame: pd.DataFrame) -> pd.DataFrame | None:
+    """The eval rows of the claim's task (``on TASK``, or the preset's only task); None, with
+    the verdict's reason set, when there is no such task or several and none named."""
+    st = verdict.claim.statement
+    tasks = sorted(set(frame["task"].astype(str)))
+    task = st.task or (tasks[0] if len(tasks) == 1 else None)
+    if task is None or task not in tasks:
+        verdict.reason = (
+            f"no runs of task {task!r} (tasks: {', '.join(tasks)})"
+            if task
+            else f"runs of several tasks ({', '.join(tasks)}); name one with 'on TASK'"
+        )
+        return None
+    return frame[frame["task"].astype(str) == task]
+
+
+def _summaries(verdict: Verdict, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The report's summary of one task's rows (``tables.summarize``, the code behind every
+    number ``posx report`` prints): per configuration, and per seed (``posx report --by seed``).
+
+    A claim reads its values from these and nothing else, so it sees the report's numbers:
+    exact match above chance where the task has a chance level, ×r of that, the margin of
+    chance and the ``not learned`` mark. None, with the reason set, for a metric the rows do
+    not record.
+    """
+    metric = verdict.claim.statement.metric or "auto"
+    try:
+        cells = summarize(rows, metric)
+        seeds = summarize(rows, metric, by=("seed",))
+    except ConfigError as err:
+        verdict.reason = str(err)
+        return None
+    verdict.metric = "/".join(sorted(set(cells["metric"].astype(str))))
+    return cells, seeds
+
+
+def _at_length(verdict: Verdict, summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary's cells at the claim's length (``at 4x``: each row's own training length
+    times 4)."""
+    st = verdict.claim.statement
+    target = st.factor * summary["train_length"] if st.factor is not None else st.length
+    return summary[summary["eval_length"] == target]
+
+
+def _not_learned(name: str, cells: pd.DataFrame) -> str:
+    """Why a term the report marks ``not learned`` has no verdict, with its value at the
+    training length."""
+    home = cells[(cells["eval_length"] == cells["train_length"]) & (cells["n"] > 0)]
+    value = f" ({home['metric'].iloc[0]} {home['mean'].iloc[0]:.3f})" if len(home) else ""
+    return (
+        f"{name} is not learned at its training length{value}, below the report's "
+        f"--learned {LEARNED}: its values past it say nothing about extrapolation"
+    )
+
+
+def _measure(verdict: Verdict, term: Term, cells: pd.DataFrame, seeds: pd.DataFrame) -> None:
+    """Adds one named term's report cell (its mean, or ×r) and per-seed cells to the verdict,
+    or sets the reason it has none (not run, failed, several configurations, not learned)."""
+    where = verdict.claim.statement.where()
+    mine = cells[cells["variant"].astype(str) == term.name]
+    here = _at_length(verdict, mine)
+    ok = here[here["n"] > 0]
+    if here.empty:
+        verdict.reason = f"no rows of {term.name} {where} (labels: {_labels(cells)})"
+    elif ok.empty:
+        first = here.iloc[0]
+        verdict.reason = f"{term.name} {where}: {first['status']} {first['reason']}"
+    elif ok["fingerprint"].nunique() > 1:
+        verdict.reason = (
+            f"{term.name} has runs of {ok['fingerprint'].nunique()} configurations; "
+            "keep one under the root"
+        )
+    elif not ok["learned"].all():
+        verdict.reason = _not_learned(term.name, mine)
+    if verdict.reason:
+        return
+    column = "ratio_mean" if term.ratio else "mean"
+    mine = _at_length(verdict, seeds[seeds["variant"].astype(str) == term.name])
+    per_seed = {int(s): float(v) for s, v in zip(mine["seed"], mine[column], strict=True)}
+    per_seed = {s: v for s, v in per_seed.items() if not math.isnan(v)}
+    mean = float(ok[column].iloc[0])
+    if math.isnan(mean) or not per_seed:
+        verdict.reason = f"{term} has no value at the training length to divide by"
+        return
+    verdict.measured.append(Measured(str(term), per_seed, mean))
+
+
+def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
+    """Fills the verdict's measured values for a claim at one length (not ``mrr:``): each
+    term's cell of ``posx report``'s table, and its cell in each seed's."""
+    st = verdict.claim.statement
+    rows = _task_rows(verdict, frame)
+    summaries = _summaries(verdict, rows) if rows is not None else None
+    if summaries is None:
+        return
+    cells, seeds = summaries
+    lengths = sorted(set(_at_length(verdict, cells)["eval_length"]))
+    verdict.where = f"{st.where()} (L={'/'.join(map(str, lengths))})" if lengths else st.where()
+    for term in dict.fromkeys(t for t in st.terms if t.name is not None):
+        _measure(verdict, term, cells, seeds)
+        if verdict.reason:
+            return
+    _at_chance(verdict, _at_length(verdict, cells))
+
+
+def _at_chance(verdict: Verdict, cells: pd.DataFrame) -> None:
+    """Sets the reason when every term's cell is at chance (:func:`cell_at_chance`, the
+    report's rule): two values at zero (or at chance) satisfy ``>=`` without saying anything,
+    whether compared as values or as ×r, as in a report column that carries no rank."""
+    names = verdict.claim.statement.names
+    mine = cells[cells["variant"].astype(str).isin(names) & (cells["n"] > 0)]
+    for rec in mine.itertuples():
+        if not cell_at_chance(str(rec.metric), float(rec.mean), float(rec.margin)):
+            return
+    rule = f"{verdict.metric} within the report's margin of chance: 3/n or two standard errors"
+    verdict.reason = (
+        f"{names[0]} is at chance {verdict.where} ({rule}): its value cannot be told from chance"
+        if len(names) == 1
+        else f"every term is at chance {verdict.where} ({rule}): the comparison cannot tell "
+        "them apart"
+    )
+
+
+def _mrr(frame: pd.DataFrame, metric: str) -> dict[str, float]:
+    tables = pivot(summarize(frame, metric))
+    ranked = rank_table(tables, "ood")
+    return dict(zip(ranked["variant"].astype(str), ranked["mrr"].astype(float), strict=True))
+
+
+def measure_mrr(verdict: Verdict, frame: pd.DataFrame) -> None:
+    """Fills the verdict's measured MRRs: the report's ranking of the seed means, and one
+    ranking per seed (the runs of that seed alone)."""
+    st = verdict.claim.statement
+    verdict.metric = f"mrr of {st.metric or 'auto'}"
+    verdict.where = f"past training, {frame['task'].nunique()} task(s)"
+    means = _mrr(frame, st.metric or "auto")
+    per_seed = {int(s): _mrr(part, st.metric or "auto") for s, part in frame.groupby("seed")}
+    for name in st.names:
+        if name not in means:
+            verdict.reason = f"no runs of {name} (labels: {', '.join(sorted(means)) or 'none'})"
+            return
+        seeds = {s: r[name] for s, r in per_seed.items() if name in r and not math.isnan(r[name])}
+        if math.isnan(means[name]) or not seeds:
+            verdict.reason = (
+                f"{name} has no MRR: ranked in no task (not learned, or every task at chance)"
+            )
+            return
+        verdict.measured.append(Measured(name, seeds, means[name]))

@@ -1,0 +1,118 @@
+"""The verdict of one claim: what was measured per term, the links of its chain, and the rule
+that decides ✓ holds, ✗ fails or ? inconclusive (:func:`decide`; the rule is spelled out in
+:mod:`posx.claims.check`)."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from posx.claims.language import Claim
+
+MIN_SEEDS = 3
+LEVEL = 0.8
+HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
+SYMBOLS = {HOLDS: "✓", FAILS: "✗", INCONCLUSIVE: "?"}
+COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+}  # fmt: skip
+OPPOSITE = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
+
+
+@dataclass
+class Measured:
+    """A named term's values: one per seed, their mean (or the ranking's MRR) and spread."""
+
+    term: str
+    seeds: dict[int, float]
+    mean: float
+
+    @property
+    def std(self) -> float:
+        values = list(self.seeds.values())
+        if len(values) < 2:
+            return math.nan
+        m = sum(values) / len(values)
+        return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+@dataclass
+class Link:
+    """``left op right``: on the mean, and in how many of its seed comparisons."""
+
+    left: str
+    op: str
+    right: str
+    holds: bool
+    agree: int
+    total: int
+
+    @property
+    def fraction(self) -> float:
+        return self.agree / self.total if self.total else math.nan
+
+    def __str__(self) -> str:
+        return f"{self.left} {self.op} {self.right}"
+
+
+@dataclass
+class Verdict:
+    """One claim's outcome on one preset's runs."""
+
+    experiment: str
+    paper: str
+    claim: Claim
+    verdict: str = INCONCLUSIVE
+    metric: str = ""
+    where: str = ""
+    measured: list[Measured] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    seeds: int = 0
+    reason: str = ""
+
+    @property
+    def symbol(self) -> str:
+        return SYMBOLS[self.verdict]
+
+    def statistic(self) -> str:
+        """The seed-level statistic behind the verdict: the weakest link's agreement, or for
+        ✗ how often the failing link's opposite holds."""
+        if not self.links or not any(link.total for link in self.links):
+            return "—"
+        if self.verdict == FAILS:
+            link = next(x for x in self.links if not x.holds)
+            against = f"{link.left} {OPPOSITE[link.op]} {link.right}"
+            return f"{against}: {link.total - link.agree}/{link.total}"
+        link = min((x for x in self.links if x.total), key=lambda x: x.fraction)
+        return f"{link}: {link.agree}/{link.total}"
+
+
+def decide(verdict: Verdict, min_seeds: int = MIN_SEEDS, level: float = LEVEL) -> Verdict:
+    """Sets ``verdict.verdict`` and its reason from the links and seed counts (the rule in the
+    module docstring); a verdict that already has a reason (a missing value) stays ?."""
+    if verdict.reason:
+        verdict.verdict = INCONCLUSIVE
+        return verdict
+    thin = [m for m in verdict.measured if len(m.seeds) < min_seeds]
+    if thin:
+        verdict.reason = (
+            f"{thin[0].term} has {len(thin[0].seeds)} seed(s); a verdict needs {min_seeds}"
+        )
+        return verdict
+    failing = [x for x in verdict.links if not x.holds]
+    if not failing and all(x.fraction >= level for x in verdict.links):
+        verdict.verdict = HOLDS
+    elif any(1 - x.fraction >= level for x in failing):
+        verdict.verdict = FAILS
+        link = next(x for x in failing if 1 - x.fraction >= level)
+        verdict.links = [link, *(x for x in verdict.links if x is not link)]
+        verdict.reason = f"{link} fails on the mean"
+    else:
+        split = failing[0] if failing else min(verdict.links, key=lambda x: x.fraction)
+        verdict.reason = (
+            f"seeds split: {split} holds in {split.agree} of {split.total} seed comparisons "
+            f"(a verdict needs {level:.0%} either way)"
+        )
+    return verdict
