@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from posx.claims.check import check_claims
-from posx.claims.language import ID, ClaimsFile, load_claims
+from posx.claims.files import load_claims
+from posx.claims.language import ID, ClaimsFile
 from posx.claims.verdict import LEVEL, MIN_SEEDS, Verdict
 from posx.config.fingerprint import saved_config
 from posx.config.paths import options, user_config_dirs

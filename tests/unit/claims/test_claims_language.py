@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from posx.claims.files import load_claims
 from posx.claims.find import claims_files
-from posx.claims.language import ClaimError, Term, load_claims, parse_statement
+from posx.claims.language import ClaimError, Term, parse_statement
 
 SHIPPED = sorted(claims_files([]).items())
 
