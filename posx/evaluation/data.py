@@ -21,7 +21,9 @@ from posx.storage.results import atomic_write
 from posx.tasks.base import Batch, Task
 
 CACHE_DIR = ".eval_cache"
-CACHE_VERSION = 1
+# 2: text eval sets are full windows of L tokens over the held-out split (version 1 cut BPE
+# windows from n·L held-out bytes, so they held fewer tokens than their length).
+CACHE_VERSION = 2
 
 
 def results_root(run_dir: Path) -> Path:

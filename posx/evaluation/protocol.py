@@ -96,6 +96,8 @@ class Tally:
         seq_hits: Int64 ``[n]``: correct predictions per sequence.
         seq_count: Int64 ``[n]``: scored tokens per sequence.
         forward_tokens: Tokens fed through the model (more than scored in sliding mode).
+        max_context: The longest context a scored token was predicted from (tokens of its
+            window up to and including the input that predicts it); 0 when none is scored.
     """
 
     loss: Tensor
@@ -104,6 +106,7 @@ class Tally:
     seq_hits: Tensor
     seq_count: Tensor
     forward_tokens: int = 0
+    max_context: int = 0
 
     @classmethod
     def zeros(cls, length: int, sequences: int) -> Tally:
@@ -172,6 +175,9 @@ def score(
         tally.seq_hits.index_add_(0, who, hit.long())
         tally.seq_count.index_add_(0, who, torch.ones_like(who))
         tally.forward_tokens += inputs.numel()
+        # Context of the prediction at window offset j is j + 1 tokens; a padded tail is unscored
+        # and so never counts (a row can then read less than its length, and says so).
+        tally.max_context = max(tally.max_context, int(((offsets + 1) * scored).max()))
         if on_batch is not None:
             on_batch(min(i + per_batch, total), total)
     return tally

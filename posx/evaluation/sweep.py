@@ -33,7 +33,7 @@ from posx.runtime.precision import autocast_context, precision_name
 from posx.storage.checkpoint import load_checkpoint
 from posx.storage.results import SCHEMA_VERSION, merge_rows, run_info
 from posx.tasks.base import Batch, Task
-from posx.tasks.text import sequences_for
+from posx.tasks.text import UnsupportedLength, sequences_for
 
 ROW_KEYS = ["eval_length", "mode", "window", "stride", "overrides"]
 
@@ -54,6 +54,7 @@ def metrics(
         "acc": int(tally.hits.sum()) / max(scored, 1),
         "exact_match": int(tally.exact.sum()) / max(answered, 1) if task.exact_match else math.nan,
         "tokens": scored,
+        "max_context": tally.max_context,
         "sequences": len(tally.seq_count),
         "seconds": seconds,
         "tokens_per_s": tally.forward_tokens / max(seconds, 1e-9),
@@ -138,6 +139,8 @@ def evaluate_model(
                 )
                 row.update(metrics_)
                 buckets += [{**row_key(row), **b} for b in position_rows]
+            except UnsupportedLength as err:  # the held-out text cannot fill one sequence
+                row.update(status="unsupported", reason=str(err).strip().splitlines()[0][:300])
             except (RuntimeError, ValueError, PosxError) as err:  # e.g. out of memory
                 row.update(status="failed", reason=str(err).strip().splitlines()[0][:300])
         rows.append(row)

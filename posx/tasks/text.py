@@ -7,21 +7,25 @@ tokenization, so it is the same for every tokenizer: the last ``val_fraction`` o
 held out (or the whole of ``val_corpus``), and validation text is never trained on, nor used to
 train a tokenizer. ``length`` counts tokens (bytes for ``tokenizer=byte``).
 
-The held-out text is defined in bytes, the same for every tokenizer: ``eval_set(L, n)`` scores
-the validation bytes ``[1, 1 + n·L)`` (the text ``n`` byte-level windows of ``L`` would score;
-fewer when the split is shorter), read as consecutive windows of ``L`` tokens, the first input
-being the single-byte token of byte 0. A BPE's last window is padded, the padding unscored.
-:meth:`TextTask.text_bytes` counts the bytes the scored tokens stand for, so bits per byte are
-exact and comparable across tokenizers.
+The held-out split is the same bytes for every tokenizer, and an eval set is sized in tokens of
+the run's tokenizer: ``eval_set(L, n)`` is ``n`` consecutive full windows of ``L`` tokens over
+the split from its start (the first input being the single-byte token of byte 0, so the first
+target is byte 1 for every tokenizer), as many bytes as those tokens take; fewer windows when
+the split is shorter, and :class:`UnsupportedLength` when it cannot fill one. So a row labelled
+``L`` always reads ``L`` tokens at once (a byte is a token at byte level, where this is the bytes
+``[1, 1 + n·L)``). :meth:`TextTask.text_bytes` counts the bytes the scored tokens stand for, so
+bits per byte are exact and comparable across tokenizers.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from functools import cached_property
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from posx.errors import ConfigError
 from posx.tasks.base import Batch, Task
@@ -30,6 +34,12 @@ from posx.tasks.tokenize import ByteBPE, ByteTokenizer
 
 TOKENIZERS = ("byte", "bpe")
 DEFAULT_BPE_VOCAB = 4096
+
+
+class UnsupportedLength(ConfigError):
+    """The held-out text cannot fill one eval sequence of the length asked for. The length sweep
+    records such a length as ``unsupported`` with this message, as it does a length an encoding
+    cannot take; other callers see a config error."""
 
 
 def make_tokenizer(
@@ -103,20 +113,35 @@ class TextTask(Task):
             self.train_data, self.val_data = data[:split], data[split:]
         train, self._val = self.train_data.numpy().tobytes(), self.val_data.numpy().tobytes()
         self.checksum = zlib.crc32(self._val, zlib.crc32(train))
-        cache = Path(cache_dir) if cache_dir else None
-        self.tokenizer = make_tokenizer(tokenizer, vocab_size, tokenizer_file, train, cache)
+        self._cache = Path(cache_dir) if cache_dir else None
+        self.tokenizer = make_tokenizer(tokenizer, vocab_size, tokenizer_file, train, self._cache)
         self.vocab_size = self.tokenizer.vocab_size
-        self.train_ids = self.tokenizer.encode(train, cache)
+        self.train_ids = self.tokenizer.encode(train, self._cache)
 
-    def _check_fits(self, n: int, length: int, split: str, unit: str) -> None:
-        if n < length + 1:
-            raise ConfigError(
-                f"the corpus {split} split has {n} {unit}, fewer than one sequence of "
-                f"{length} tokens (+1 target); use a larger corpus or a shorter length"
-            )
+    def _too_short(self, n: int, length: int, split: str, size: str = "") -> str | None:
+        """Why ``n`` tokens of ``split`` cannot hold one sequence of ``length`` (+1 target), or
+        ``None`` when they can; ``size`` adds the split's bytes where tokens are not bytes."""
+        if n >= length + 1:
+            return None
+        return (
+            f"the corpus {split} split has {n} {self.tokenizer.unit}{size}, fewer than one "
+            f"sequence of {length} tokens (+1 target); use a larger corpus or a shorter length"
+        )
+
+    @cached_property
+    def val_ids(self) -> Tensor:
+        """``[1 + t]`` (the tokenizer's compact dtype): the single-byte token of held-out byte 0
+        (context only, never a target), then the ``t`` tokens of bytes ``1..``, encoded once as
+        one running text (cached like the training ids), so where a window ends never changes
+        how the text is tokenized."""
+        rest = self.tokenizer.encode(self._val[1:], self._cache)
+        first = [self.tokenizer.byte_ids[b] for b in self._val[:1]]
+        return torch.cat([torch.tensor(first, dtype=rest.dtype), rest])
 
     def train_batch(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
-        self._check_fits(len(self.train_ids), length, "train", self.tokenizer.unit)
+        reason = self._too_short(len(self.train_ids), length, "train")
+        if reason:
+            raise ConfigError(reason)
         starts = torch.randint(len(self.train_ids) - length, (batch_size, 1), generator=generator)
         window = self.train_ids[starts + torch.arange(length + 1)].long()
         return Batch(
@@ -124,22 +149,25 @@ class TextTask(Task):
         )
 
     def eval_set(self, length: int, num_sequences: int, seed: int) -> Batch:
-        """Consecutive non-overlapping windows of ``length`` tokens over the validation bytes
-        ``[1, 1 + n·length)`` (see the module docstring), ``n = num_sequences`` or what fits.
+        """Consecutive full windows of ``length`` tokens over the held-out split from its start
+        (see the module docstring): ``num_sequences`` of them, or as many as the split fills.
 
-        ``seed`` is unused: the text held out is the same for every seed. Byte-level: exactly
-        ``n`` full windows; BPE: as many as its tokens fill, the last one padded (unscored).
+        ``seed`` is unused: the text held out is the same for every seed.
+
+        Returns:
+            ``[n, length]`` inputs, targets (inputs shifted by one) and an all-True mask.
+
+        Raises:
+            UnsupportedLength: The split has fewer than ``length + 1`` tokens.
         """
-        self._check_fits(len(self._val), length, "validation", "bytes")
-        n = min(num_sequences, (len(self._val) - 1) // length)
-        first = torch.tensor([self.tokenizer.byte_ids[self._val[0]]])
-        ids = torch.cat([first, self.tokenizer.encode(self._val[1 : 1 + n * length]).long()])
-        rows = -(-(len(ids) - 1) // length)
-        padded = torch.zeros(rows * length + 1, dtype=torch.long)
-        padded[: len(ids)] = ids
-        index = torch.arange(rows).unsqueeze(1) * length + torch.arange(length + 1)
-        window = padded[index]
-        return Batch(window[:, :-1], window[:, 1:], index[:, 1:] < len(ids))
+        ids = self.val_ids
+        bytes_ = "" if self.tokenizer.unit == "bytes" else f" ({len(self._val)} bytes)"
+        reason = self._too_short(len(ids), length, "validation", bytes_)
+        if reason:
+            raise UnsupportedLength(reason)
+        n = min(num_sequences, (len(ids) - 1) // length)
+        window = ids[torch.arange(n).unsqueeze(1) * length + torch.arange(length + 1)].long()
+        return Batch(window[:, :-1], window[:, 1:], torch.ones(n, length, dtype=torch.bool))
 
     def text_bytes(self, data: Batch) -> int:
         """Bytes of text the scored targets of ``data`` stand for."""
@@ -159,5 +187,6 @@ class TextTask(Task):
 
 
 def sequences_for(tokens: int, length: int) -> int:
-    """Number of sequences that hold at least ``tokens`` tokens at ``length``."""
+    """Number of sequences that hold at least ``tokens`` tokens at ``length`` (``eval.tokens``
+    counts tokens of the run's tokenizer: bytes at byte level, BPE tokens for a BPE)."""
     return max(1, math.ceil(tokens / length))

@@ -79,6 +79,8 @@ class ByteTokenizer:
 
     def encode(self, data: bytes, cache_dir: Path | None = None) -> Tensor:
         """``uint8 [n]``: the bytes themselves (no copy worth caching)."""
+        if not data:  # torch.frombuffer refuses an empty buffer
+            return torch.zeros(0, dtype=torch.uint8)
         return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
     def describe(self, bytes_per_token: float) -> dict[str, object]:

@@ -101,3 +101,21 @@ def test_one_text_sequence_is_cached(tmp_path):
     again = eval_set(task, 16, 1, 0, tmp_path / "cache", {"corpus": str(corpus)})
     assert made.inputs.shape == (1, 16) and torch.equal(made.targets, again.targets)
     assert torch.equal(made.targets[0, :-1], made.inputs[0, 1:])
+
+
+def test_sets_cached_before_text_was_sized_in_tokens_are_rebuilt(tmp_path, monkeypatch):
+    """Cache version 1 held BPE windows cut from ``n·L`` held-out bytes (padded, shorter than
+    their length); what the cache holds changed, so its key did, and such a file is not read."""
+    corpus = tmp_path / "corpus.bin"
+    corpus.write_bytes(bytes(range(256)) * 8)
+    cfg, task = {"corpus": str(corpus)}, TextTask(str(corpus), val_fraction=0.5)
+    padded = torch.zeros(1, 16, dtype=torch.bool)
+    padded[0, :5] = True  # what an old BPE row of 16 held: 5 tokens, then padding
+    ids = torch.zeros(1, 16, dtype=torch.long)
+    stale = Batch(ids, ids.clone(), padded)
+    monkeypatch.setattr("posx.evaluation.data.CACHE_VERSION", 1)
+    monkeypatch.setattr(task, "eval_set", lambda *args: stale)
+    eval_set(task, 16, 1, 0, tmp_path / "cache", cfg)  # written as the old posx did
+    monkeypatch.undo()
+    fresh = eval_set(TextTask(str(corpus), val_fraction=0.5), 16, 1, 0, tmp_path / "cache", cfg)
+    assert fresh.mask.all() and torch.equal(fresh.targets[0, :-1], fresh.inputs[0, 1:])

@@ -37,8 +37,17 @@ def test_every_position_scored_exactly_once_with_the_most_context(length, window
         assert all(v.end <= w.score_from for v in windows if v.start < w.start)
     for w in windows:
         for t in range(w.score_from, w.end):
-            context = t - w.start + 1
-            assert context == t + 1 or window - stride + 1 <= context <= window
+            assert t - w.start + 1 == expected_context(t, length, window, stride)
+
+
+def expected_context(t: int, length: int, window: int, stride: int) -> int:
+    """Tokens read to predict from position ``t``, from the definition (not the plan): the first
+    window ``[0, W)`` gives ``t + 1``; past it, window ``k = ceil((t - W + 1) / S)`` ends at
+    ``min(W + kS, L)`` and starts ``W`` before its end."""
+    if t < window:
+        return t + 1
+    k = -(-(t - window + 1) // stride)
+    return t - (min(window + k * stride, length) - window) + 1
 
 
 def test_plan_windows_by_hand():
@@ -113,3 +122,14 @@ def test_exact_match_per_sequence(make_tiny_model):
     data.targets[0, 5] = pred  # make it right
     tally = score(model, data, Protocol("full", 6, 6), 100, torch.device("cpu"))
     assert tally.exact.tolist() == [True, False, False, False]  # unscored rows never count
+
+
+def test_max_context_is_the_longest_context_a_scored_token_had(make_tiny_model):
+    model, cpu = make_tiny_model("nope"), torch.device("cpu")
+    data = random_batch(3, 20)
+    assert score(model, data, Protocol("full", 20, 20), 100, cpu).max_context == 20
+    sliding = resolve_protocol("sliding", 20, 8, 3, 16)
+    assert score(model, data, sliding, 100, cpu).max_context == 8  # never more than the window
+    data.mask[:, 13:] = False  # a padded tail: nothing past position 12 is scored ...
+    data.mask[1, 13:15] = True  # ... except up to position 14 in one sequence
+    assert score(model, data, Protocol("full", 20, 20), 100, cpu).max_context == 15

@@ -167,3 +167,22 @@ def test_rows_record_the_tasks_chance_level(tmp_path):
     task.chance = lambda data: 0.25  # copy's own is 0.0; the row must carry the task's value
     evaluate(run, model, task, cfg, [16, 32])
     assert pd.read_csv(run / "eval.csv")["chance"].tolist() == [0.25, 0.25]
+
+
+def test_rows_record_the_longest_context_read(tmp_path):
+    run, model, task, cfg = make_run(tmp_path, "encoding=alibi", "eval.mode=sliding")
+    rows = evaluate(run, model, task, cfg, [16, 48])  # windows of 16 (the training length)
+    last_scored = [int(task.eval_set(n, 1, 0).mask[0].nonzero().max()) + 1 for n in (16, 48)]
+    assert [r["max_context"] for r in rows] == [last_scored[0], 16]
+    assert pd.read_csv(run / "eval.csv")["max_context"].tolist() == [last_scored[0], 16]
+
+
+def test_length_the_held_out_text_cannot_fill_is_unsupported_naming_what_it_has(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(bytes(range(256)) * 10)  # 2560 bytes, 256 held out
+    text = ["task=text", f"task.corpus={corpus}", "task.val_fraction=0.1", "encoding=alibi"]
+    run, model, task, cfg = make_run(tmp_path, *text)
+    rows = evaluate(run, model, task, cfg, [16, 255, 256])
+    assert [r["status"] for r in rows] == ["ok", "ok", "unsupported"]
+    assert rows[2]["reason"].startswith("the corpus validation split has 256 bytes, fewer than")
+    assert [r["max_context"] for r in rows[:2]] == [16, 255]

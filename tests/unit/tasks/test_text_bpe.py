@@ -1,5 +1,5 @@
-"""TextTask with a byte-level BPE: lossless encoding, held-out text shared with bytes, caching,
-saved tokenizer files and their errors."""
+"""TextTask with a byte-level BPE: lossless encoding, eval windows of full length over the
+held-out split, caching, saved tokenizer files and their errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from posx.errors import ConfigError
 from posx.tasks import tokenize
-from posx.tasks.text import TextTask
+from posx.tasks.text import TextTask, UnsupportedLength
 
 WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "a", "on"]
 WORDS += ["café", "naïve", "日本語", "def", "return", "x_1", "(", "):", "\n", "    "]
@@ -56,24 +56,52 @@ def test_held_out_split_is_the_same_bytes_for_every_tokenizer(corpus, tmp_path):
     assert torch.equal(byte.train_data, sub.train_data)
 
 
-@pytest.mark.parametrize("length", [8, 16])
-def test_bpe_eval_set_scores_exactly_the_bytes_byte_level_scores(corpus, tmp_path, length):
-    byte, sub = TextTask(str(corpus), val_fraction=0.1), bpe(corpus, tmp_path)
-    val = corpus.read_bytes()[int(20_000 * 0.9) :]
-    # The same n*L = 320 bytes: 20 byte windows of 16, or BPE windows of 8 / 16 tokens.
-    by, tok = byte.eval_set(16, 20, seed=0), sub.eval_set(length, 320 // length, seed=0)
-    region = val[1:321]
-    assert rows_bytes(by.targets[by.mask]) == region and byte.text_bytes(by) == 320
+VAL_TOKENS = 846  # the BPE tokens of the 2000 held-out bytes after byte 0 (vocab 300)
+
+
+@pytest.mark.parametrize(("length", "asked"), [(8, 40), (64, 5), (512, 1), (64, 10_000)])
+def test_bpe_eval_windows_hold_length_tokens_each(corpus, tmp_path, length, asked):
+    """A row labelled L reads L tokens at once: full windows of L BPE tokens over the held-out
+    split from its start (as many bytes as they take), none of them padded."""
+    task = bpe(corpus, tmp_path)
+    val = corpus.read_bytes()[18_000:]
+    assert len(task.tokenizer.encode(val[1:])) == VAL_TOKENS  # counted here, not by eval_set
+    data = task.eval_set(length, asked, seed=0)
+    rows = min(asked, VAL_TOKENS // length)  # what fits when more is asked for
+    assert data.inputs.shape == (rows, length) and data.mask.all()
+    assert torch.equal(data.targets[:, :-1], data.inputs[:, 1:])
+    assert torch.equal(data.inputs[1:, 0], data.targets[:-1, -1])  # consecutive windows
+    assert int(data.inputs[0, 0]) == task.tokenizer.byte_ids[val[0]]  # byte 0: context only
+    covered = task.text_bytes(data)
+    assert covered > rows * length  # sized for the tokenizer: more bytes than tokens
+    text = val[1 : 1 + covered]
+    assert task.tokenizer.decode(data.targets.flatten().tolist()) == text
     # Independently of posx's byte table: HF's own decoder gives back the same text.
-    hf = sub.tokenizer.tokenizer.decode(tok.targets[tok.mask].tolist())
-    assert hf.encode() == region
-    assert sub.text_bytes(tok) == len(region) == 320
-    assert int(tok.inputs[0, 0]) == sub.tokenizer.byte_ids[val[0]]  # byte 0: context only
-    assert torch.equal(tok.targets[:, :-1], tok.inputs[:, 1:])
-    # Only the end of the last window is padding.
-    flat = tok.mask.flatten()
-    assert flat[: int(flat.sum())].all() and not flat[int(flat.sum()) :].any()
-    assert int(flat.sum()) < 320  # fewer tokens than bytes
+    hf = task.tokenizer.tokenizer.decode(data.targets.flatten().tolist())
+    assert hf == text.decode(errors="replace")
+
+
+def test_held_out_split_too_short_for_one_window_says_how_many_tokens_it_has(corpus, tmp_path):
+    task = bpe(corpus, tmp_path)
+    assert task.eval_set(VAL_TOKENS, 1, seed=0).inputs.shape == (1, VAL_TOKENS)  # just fits
+    message = (
+        rf"the corpus validation split has {VAL_TOKENS + 1} tokens \(2000 bytes\), fewer than one "
+        rf"sequence of {VAL_TOKENS + 1} tokens \(\+1 target\)"
+    )
+    with pytest.raises(UnsupportedLength, match=message):
+        task.eval_set(VAL_TOKENS + 1, 1, seed=0)
+    with pytest.raises(ConfigError):  # still a config error for callers outside the sweep
+        task.eval_set(4096, 1, seed=0)
+
+
+def test_byte_level_eval_set_is_unchanged(corpus):
+    """Bytes: n windows of L over the held-out bytes [1, 1 + nL), the first input being byte 0."""
+    task = TextTask(str(corpus), val_fraction=0.1)
+    val = corpus.read_bytes()[18_000:]
+    data = task.eval_set(16, 20, seed=0)
+    assert data.inputs.shape == (20, 16) and data.mask.all() and data.inputs.dtype == torch.long
+    assert rows_bytes(data.targets.flatten()) == val[1:321] and task.text_bytes(data) == 320
+    assert rows_bytes(data.inputs.flatten()) == b"".join(val[i : i + 16] for i in range(0, 320, 16))
 
 
 def rows_bytes(t: torch.Tensor) -> bytes:
@@ -86,9 +114,11 @@ def test_bytes_that_are_not_utf8_round_trip(tmp_path):
     path.write_bytes(prose(8000) + noise + prose(4000, seed=2) + b"\xff\xfe" + prose(3000, seed=3))
     task = TextTask(str(path), val_fraction=0.2, tokenizer="bpe", vocab_size=300)
     assert task.tokenizer.decode(task.train_ids.tolist()) == task.train_data.numpy().tobytes()
-    data = task.eval_set(16, 100, seed=0)
+    data = task.eval_set(16, 50, seed=0)
+    assert data.inputs.shape == (50, 16) and data.mask.all()
     val = path.read_bytes()[int(len(path.read_bytes()) * 0.8) :]
-    assert task.tokenizer.decode(data.targets[data.mask].tolist()) == val[1:1601]
+    text = val[1 : 1 + task.text_bytes(data)]
+    assert task.tokenizer.decode(data.targets[data.mask].tolist()) == text
 
 
 def test_tokenizer_and_token_ids_are_cached_and_reused(corpus, tmp_path, monkeypatch):
