@@ -100,7 +100,8 @@ def make_report(
         where: ``KEY=VALUE`` filters on any config key or eval column
             (``model.d_model=128``); all must hold.
         learned: A row whose accuracy-like metric at its training length (above chance) is
-            below this is marked ``not learned`` and left out of the ranking; 0 = off.
+            below this is marked ``not learned`` and ranks last in that task's ranking
+            (:mod:`posx.report.rank`); 0 = off.
         learned_loss: The same for lower-is-better metrics (loss, bpb): marked when above
             this; None = off.
     """

@@ -24,7 +24,7 @@ from posx.report.configs import (
     effective,
     show,
 )
-from posx.report.data import BY_CHOICES, IDENTITY
+from posx.report.data import BY_CHOICES, IDENTITY, add_protocol
 
 BY_LABELS = {"train_length": "L_train", "model": "model", "task": "task", "mode": "mode"}
 Remarks = dict[tuple, list[str]]
@@ -99,13 +99,13 @@ def _natural(text: str) -> tuple[int, float, str]:
 
 
 def _with_protocol(frame: pd.DataFrame, base: pd.Series, by: Sequence[str]) -> pd.Series:
-    """Appends ``window=W stride=S`` to sliding-mode rows whose label has several protocols."""
-    if "mode" not in frame or "window" not in frame or "stride" not in frame:
-        return base
-    sliding = frame["mode"] == "sliding"
+    """Appends the evaluation (``window=W stride=S``, ``data.add_protocol``) to sliding-mode
+    rows whose label has several: one sliding evaluation of a run stays one row, whatever
+    protocol each of its lengths resolved to."""
+    proto = frame["protocol"].astype(str)
+    sliding = proto != ""  # only sliding rows have one
     if not sliding.any():
         return base
-    proto = "window=" + frame["window"].map(show) + " stride=" + frame["stride"].map(show)
     group = [frame[k] for k in table_keys(by)] + [base]
     several = proto.where(sliding).groupby(group, dropna=False).transform("nunique") > 1
     return base.where(~(sliding & several), base + " · " + proto)
@@ -116,14 +116,17 @@ def label_rows(frame: pd.DataFrame, by: Sequence[str] = ()) -> tuple[pd.DataFram
 
     Args:
         frame: Eval (or position) rows with ``variant`` and, where known, ``fingerprint`` and
-            ``config:<key>`` columns (``configs.attach_configs``).
+            ``config:<key>`` columns (``configs.attach_configs``). Rows without ``protocol``
+            get it (``data.add_protocol``: a sliding row whose one window covers its length is
+            repeated for each evaluation of its run it belongs to).
         by: Keys from :func:`parse_by`.
 
     Returns:
-        The rows with ``label``, and per table (a tuple of its :func:`table_keys` values) the
-        remarks to print under it.
+        The rows with ``protocol`` and ``label``, and per table (a tuple of its
+        :func:`table_keys` values) the remarks to print under it.
     """
-    frame = frame.reset_index(drop=True)  # rows are addressed by index below
+    # rows are addressed by index below (add_protocol resets it too)
+    frame = add_protocol(frame) if "protocol" not in frame else frame.reset_index(drop=True)
     base = frame["variant"].astype(str)
     for key in by:
         base = base + " · " + _by_text(frame, key)

@@ -53,11 +53,14 @@ def position_values(
         evals: The labelled eval rows of the report (``labels.label_rows``).
         metrics: Task -> the metric its table shows.
     """
-    positions = positions.copy()
-    key = _row_key(positions)
     ekey = _row_key(evals)
-    labels = pd.Series(evals["label"].to_numpy(), index=ekey).groupby(level=0).first()
-    positions["label"] = key.map(labels).fillna(positions["variant"])
+    # One eval row can belong to several rows of a table (a sliding row whose one window covers
+    # its length, data.add_protocol): its buckets are drawn under each of them.
+    labels = pd.DataFrame({"_key": ekey, "label": evals["label"]}).drop_duplicates()
+    positions = positions.drop(columns="label", errors="ignore").reset_index(drop=True)
+    positions = positions.assign(_key=_row_key(positions)).merge(labels, "left", on="_key")
+    key = positions.pop("_key")
+    positions["label"] = positions["label"].fillna(positions["variant"])
     table = positions["task"].map(metrics).fillna("loss")
     positions["table_metric"] = table
     positions["metric"] = table.map(plotted_metric)

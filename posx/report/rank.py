@@ -1,16 +1,23 @@
 """Ranking across tasks by mean reciprocal rank, the aggregate of Kazemnejad et al. (2023).
 
 Each table (a task at one model size, training length and mode) is one scenario. Within it,
-every row that learned the task (:mod:`posx.report.chance`; the others are shown as ``not
-learned`` and left out) gets a score, the mean of its metric over the ranked eval lengths (by
-default those past the training length), and rows are ranked by score; tied scores share their
-average rank (1, 2.5, 2.5, 4), so a tie neither rewards nor punishes. A row that has no value at
-some ranked length (unsupported, failed, not run) ranks below every row that has them all.
+every row that learned the task (:mod:`posx.report.chance`) gets a score, the mean of its metric
+over the ranked eval lengths (by default those past the training length), and rows are ranked
+by score; tied scores share their average rank (1, 2.5, 2.5, 4), so a tie neither rewards nor
+punishes. A row that has no value at some ranked length (unsupported, failed, not run) ranks
+below every row that has them all.
 
-A scenario of an accuracy-like metric where no ranked row is above chance (exact match 0, or
-within noise of the task's chance level) at any ranked length carries no rank: ordering noise
-would say nothing. The mean reciprocal rank of a row is ``mean(1 / rank)`` over the scenarios it
-was ranked in; ``tasks`` says how many that is.
+A row that did not learn the task ranks last in a ranked scenario, below every learned row;
+several such rows tie for the last places and share their average rank (two below two learned
+rows: 3.5 each). So every row of a scenario counts in its MRR, and a variant never gains by
+failing: leaving a failed task out of its mean would raise it (rank 1 on copy and failing
+reverse would average 1.0, above ranks 2 and 1 on both).
+
+A scenario of an accuracy-like metric where no learned row is above chance (exact match 0, or
+within noise of the task's chance level) at any ranked length carries no rank for any row:
+ordering noise would say nothing; nor does one where no row learned the task. The mean
+reciprocal rank of a row is ``mean(1 / rank)`` over the scenarios it was ranked in; ``tasks``
+says how many that is.
 """
 
 from __future__ import annotations
@@ -70,12 +77,21 @@ def at_chance(table: WideTable, which: str = "ood") -> bool:
 
 
 def scenario_ranks(table: WideTable, which: str = "ood") -> pd.Series:
-    """Ranks (1 = best) of the table's learned rows; ties share their average rank (1, 2.5,
-    2.5, 4). Empty when the column is at chance (``at_chance``)."""
+    """Ranks (1 = best) of the table's rows; ties share their average rank (1, 2.5, 2.5, 4).
+
+    Learned rows are ranked by score; rows that did not learn rank below all of them, tied for
+    the last places. Empty when the column is at chance (``at_chance``) or no row learned.
+    """
     if at_chance(table, which):
         return pd.Series(dtype=float)
     scores = scenario_scores(table, which)
-    return scores.rank(method="average", ascending=lower_is_better(table.metric.split("/")[0]))
+    if scores.empty:
+        return pd.Series(dtype=float)
+    ranks = scores.rank(method="average", ascending=lower_is_better(table.metric.split("/")[0]))
+    failed = [r for r in table.rows if r in table.not_learned]
+    # the last len(failed) places, shared: the mean of len(scores) + 1 ... len(scores) + len(failed)
+    last = len(scores) + (len(failed) + 1) / 2
+    return pd.concat([ranks, pd.Series(last, index=failed, dtype=float)])
 
 
 def scenario_names(tables: list[WideTable]) -> list[str]:
@@ -104,8 +120,10 @@ def rank_table(tables: list[WideTable], which: str = "ood") -> pd.DataFrame:
     Returns:
         Columns ``variant``, ``mrr`` (NaN for a row ranked nowhere), ``tasks`` (scenarios the
         row was ranked in: the MRR's denominator) and one column per scenario holding the row's
-        rank there (a float: ties share an average rank), ``not learned``, ``at chance`` (no
-        row of that scenario was above chance) or ``<NA>`` where it was not run.
+        rank there (a float: ties share an average rank), ``<rank> (not learned)`` (ranked
+        last: the row did not learn that task), ``not learned`` (a scenario no row learned, or
+        at chance), ``at chance`` (no learned row of that scenario was above chance) or
+        ``<NA>`` where it was not run.
     """
     if not tables:
         return pd.DataFrame(columns=["variant", "mrr", "tasks"])
@@ -119,7 +137,8 @@ def rank_table(tables: list[WideTable], which: str = "ood") -> pd.DataFrame:
     for name, t in zip(names, tables, strict=True):
         for row in t.rows:
             if row in t.not_learned:
-                shown.loc[row, name] = NOT_LEARNED
+                rank = ranks.loc[row, name]
+                shown.loc[row, name] = NOT_LEARNED if pd.isna(rank) else f"{rank:g} ({NOT_LEARNED})"
             elif pd.isna(ranks.loc[row, name]):
                 shown.loc[row, name] = AT_CHANCE
     shown = shown.where(shown.notna(), pd.NA)

@@ -44,7 +44,7 @@ def eval_rows(root: Path) -> pd.DataFrame:
         frame["dir"] = str(path.parent)
         frames.append(frame)
     rows = pd.concat(frames, ignore_index=True)
-    rows["overrides"] = rows["overrides"].fillna("")
+    rows["overrides"] = rows["overrides"].astype(object).fillna("")
     rows["variant"] = rows["encoding"] + rows["overrides"].map(lambda o: f"+{o}" if o else "")
     return rows
 
@@ -272,3 +272,42 @@ def test_subprocess_report_prints_tables(posx, tree):
     out = posx("report", "--root", str(tree), check=True).stdout
     assert "copy · model tiny" in out and "Ranking across tasks" in out
     assert "unsupported [1]" in out and "[1] unsupported: Learned has 16 positions" in out
+
+
+def test_a_sliding_evaluation_is_one_row_with_its_ratio(posx, cli, tiny_overrides, tmp_path):
+    """Issue 30, item 2, as a user meets it: with the default sliding settings the row at the
+    training length records stride = window and the longer ones stride = window/2; the report
+    shows one row per run, with ×r and the "not learned" check, not two rows per run."""
+    posx("train", "-m", "encoding=rope,alibi", *tiny_overrides, "eval.mode=sliding",
+         "eval.lengths=[16,32,64]", check=True)  # fmt: skip
+    rows = eval_rows(tmp_path)
+    assert set(zip(rows["eval_length"], rows["stride"], strict=True)) == {(16, 16), (32, 8),
+                                                                           (64, 8)}  # fmt: skip
+    got = csv_of(cli, "--root", str(tmp_path), "--metric", "loss", "--learned-loss", "1e9")
+    assert sorted(set(got["label"])) == ["alibi", "rope"]
+    home = rows[rows["eval_length"] == 16].set_index("encoding")["loss"]
+    past = rows[rows["eval_length"] > 16].set_index(["encoding", "eval_length"])["loss"]
+    ratio = got.set_index(["label", "eval_length"])["ratio_mean"]
+    for (enc, length), loss in past.items():
+        assert ratio[(enc, length)] == pytest.approx(loss / home[enc])
+    assert got["learned"].all()
+    strict = csv_of(cli, "--root", str(tmp_path), "--metric", "loss", "--learned-loss", "1e-9")
+    assert not strict["learned"].any()  # the check reads the row's own value at 16
+    md = cli("report", "--root", str(tmp_path), "--format", "md").stdout
+    assert "| rope" in md and "window=" not in md
+
+
+def test_failing_a_task_does_not_raise_the_mrr(cli, tmp_path):
+    """Issue 30, item 4, through ``posx report``: a variant that learns copy only (rank 1 there)
+    no longer outranks one that learns copy and reverse (ranks 2 and 1)."""
+    from tests.unit.report.report_trees import make_eval_tree
+
+    for task, values in (
+        ("copy", {"learns_both": (1.0, 0.5, 0.5), "learns_copy": (1.0, 0.9, 0.9)}),
+        ("reverse", {"learns_both": (1.0, 0.5, 0.5), "learns_copy": (0.0, 0.0, 0.0)}),
+    ):
+        make_eval_tree(tmp_path, values, task=task, mode="full")
+    got = csv_of(cli, "--root", str(tmp_path), "--rank").set_index("variant")
+    assert dict(got["mrr"]) == pytest.approx({"learns_both": 0.75, "learns_copy": 0.75})
+    assert dict(got["tasks"]) == {"learns_both": 2, "learns_copy": 2}
+    assert got.loc["learns_copy", "reverse"] == "2 (not learned)"

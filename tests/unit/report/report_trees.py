@@ -149,3 +149,47 @@ def make_seed_tree(
                 frame = pd.concat([pd.read_csv(run / "eval.csv", keep_default_na=False,
                                                na_values=[""]), frame])  # fmt: skip
             frame.to_csv(run / "eval.csv", index=False)
+
+
+# The columns that identify one eval.csv row: posx replaces a row with the same ones
+# (posx.evaluation.sweep.ROW_KEYS).
+ROW_KEYS = ["eval_length", "mode", "window", "stride", "overrides"]
+
+
+def make_eval_tree(
+    root: Path,
+    values: dict[str, tuple[float, ...]],
+    *,
+    task: str = "copy",
+    mode: str = "sliding",
+    window: int | None = None,
+    stride: int | None = None,
+    train_length: int = 8,
+    lengths: tuple[int, ...] = (8, 16, 32),
+) -> None:
+    """One seed per encoding of ``values`` (exact match at each of ``lengths``), evaluated in
+    ``mode`` with ``eval.window``/``eval.stride`` as given (None = posx's default); each row
+    records the protocol posx's evaluator resolves. Called again on the same root, it merges
+    the rows into each run's eval.csv as ``posx eval`` does (same protocol: replaced)."""
+    from posx.evaluation.protocol import resolve_protocol
+
+    for enc, per_length in values.items():
+        run = root / "runs" / f"{task}_{enc}_s0"
+        run.mkdir(parents=True, exist_ok=True)
+        ident = {"schema_version": 1, "run": run.name, "encoding": enc, "task": task,
+                 "model": "tiny", "seed": 0, "train_length": train_length}  # fmt: skip
+        (run / "run.json").write_text(json.dumps(ident))
+        rows = []
+        for length, value in zip(lengths, per_length, strict=True):
+            proto = resolve_protocol(mode, length, window, stride, train_length)
+            rows.append({**ident, "mode": mode, "overrides": "", "eval_length": length,
+                         "window": proto.window, "stride": proto.stride, "status": "ok",
+                         "reason": "", "loss": 1.0 - value / 2, "acc": value,
+                         "exact_match": value, "sequences": 1000, "chance": 0.0})  # fmt: skip
+        frame = pd.DataFrame(rows)
+        path = run / "eval.csv"
+        if path.is_file():
+            old = pd.read_csv(path, keep_default_na=False, na_values=[""])
+            old["overrides"] = old["overrides"].astype(object).fillna("")  # empty reads back as NaN
+            frame = pd.concat([old, frame]).drop_duplicates(ROW_KEYS, keep="last")
+        frame.to_csv(path, index=False)

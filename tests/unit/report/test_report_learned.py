@@ -1,5 +1,5 @@
 """Issue 24 end to end on a result tree: runs that did not learn are marked in every format
-and left out of the ranking; tasks at chance carry no rank; old eval.csv files still load."""
+and ranked last (issue 30); tasks at chance carry no rank; old eval.csv files still load."""
 
 from __future__ import annotations
 
@@ -22,11 +22,14 @@ def issue(tmp_path):
 
 def test_ranking_uses_learned_runs_and_informative_tasks_only(issue):
     rank = issue.rank.set_index("variant")
-    # copy: alibi and rope learned (0.963, 0.887 >= 0.5); parity is at chance, addition at 0
-    assert dict(rank["tasks"]) == {"alibi": 1, "rope": 1, "nope": 0, "t5": 0, "sinusoidal": 0}
-    assert dict(rank["mrr"].dropna()) == {"alibi": 1.0, "rope": 0.5}
+    # copy: alibi and rope learned (0.963, 0.887 >= 0.5) and rank 1, 2; the three that did not
+    # share places 3-5 (4 each); parity is at chance and addition at 0: no rank for anyone
+    assert dict(rank["tasks"]) == dict.fromkeys(["alibi", "nope", "rope", "sinusoidal", "t5"], 1)
+    assert dict(rank["mrr"]) == pytest.approx(
+        {"alibi": 1.0, "rope": 0.5, "nope": 0.25, "t5": 0.25, "sinusoidal": 0.25}
+    )
     assert list(rank.index[:2]) == ["alibi", "rope"]
-    assert rank.loc["nope", "copy"] == "not learned"
+    assert rank.loc["nope", "copy"] == "4 (not learned)"
     assert set(rank["parity"]) == {"not learned"}  # 0.51 is 0.02 above chance at L=16
     assert set(rank["addition"]) == {"not learned"}
 

@@ -143,7 +143,7 @@ def test_parity_is_shown_above_chance():
     assert summary.loc[16, "margin"] == pytest.approx(2 * math.sqrt(0.5 / (0.5 * 100)))
 
 
-def test_a_run_that_did_not_learn_is_shown_but_not_ranked():
+def test_a_run_that_did_not_learn_is_shown_and_ranked_last():
     values = {"a": (0.96, 0.5), "b": (0.89, 0.4), "nope": (0.002, 0.6)}  # nope: 0.2% in domain
     rows = [row("t2", e, x, vs[x > 8]) for e, vs in values.items() for x in (8, 16)]
     rows += [row(*r) for r in ROWS if r[0] == "t1"]
@@ -152,11 +152,13 @@ def test_a_run_that_did_not_learn_is_shown_but_not_ranked():
     assert t2.not_learned == {"nope"} and t2.rows == ["a", "b", "nope"]  # still in the table
     assert not summary.loc[summary["variant"] == "nope", "best"].any()  # 0.6 is not "best"
     got = rank_table([t1, t2]).set_index("variant")
-    assert dict(got["t2"].dropna()) == {"a": 1.0, "b": 2.0, "nope": "not learned"}
-    assert got.loc["nope", "tasks"] == 0 and math.isnan(got.loc["nope", "mrr"])
-    assert list(got.index)[-1] == "nope"  # ranked nowhere: last, but listed
-    # the threshold is an option: at 0.9 b is out too, at 0 everyone is ranked
-    assert ranking(rows, learned=0.9).loc["b", "t2"] == "not learned"
+    # nope's 0.6 past training would rank first; not learned, it ranks last
+    assert dict(got["t2"].dropna()) == {"a": 1.0, "b": 2.0, "nope": "3 (not learned)"}
+    assert got.loc["nope", "tasks"] == 1 and got.loc["nope", "mrr"] == pytest.approx(1 / 3)
+    assert list(got.index)[-1] == "nope"
+    # the threshold is an option: at 0.9 b is out too (b and nope share places 2 and 3), at 0
+    # everyone is ranked by score
+    assert ranking(rows, learned=0.9).loc["b", "t2"] == "2.5 (not learned)"
     assert ranking(rows, learned=0).loc["nope", "t2"] == 1.0
 
 
@@ -164,7 +166,7 @@ def test_loss_threshold_applies_only_when_set():
     rows = [row(*r) for r in ROWS if r[0] == "t1"]  # loss at length 8: a 1.0, b 1.0, c 0.1
     assert "not learned" not in set(ranking(rows)["t1"])
     assert dict(ranking(rows, learned_loss=0.5)["t1"]) == {
-        "a": "not learned", "b": "not learned", "c": 1.0,
+        "a": "2.5 (not learned)", "b": "2.5 (not learned)", "c": 1.0,
     }  # fmt: skip
 
 
@@ -192,3 +194,35 @@ def test_a_few_lucky_sequences_out_of_a_thousand_are_still_zero():
         for x, v in ((8, 1.0), (16, 0.02), (32, 0.0))
     ]
     assert ranking(rows).loc["d", "t2"] == 1.0
+
+
+def test_failing_a_task_never_raises_the_mrr():
+    """Issue 30, item 4, exactly: one variant learns copy and reverse (rank 2 on copy, 1 on
+    reverse), the other learns copy only (rank 1 there). Leaving the task it failed out of its
+    MRR gave it 1.00 against 0.75; ranked last on reverse it has (1 + 1/2) / 2 = 0.75 too."""
+    values = {
+        ("copy", "learns_both"): (1.0, 0.5), ("copy", "learns_copy"): (1.0, 0.9),
+        ("reverse", "learns_both"): (1.0, 0.5), ("reverse", "learns_copy"): (0.0, 0.0),
+    }  # fmt: skip
+    rows = [row(t, e, x, vs[x > 8]) for (t, e), vs in values.items() for x in (8, 16)]
+    got = ranking(rows)
+    assert dict(got["mrr"]) == pytest.approx({"learns_both": 0.75, "learns_copy": 0.75})
+    assert dict(got["tasks"]) == {"learns_both": 2, "learns_copy": 2}
+    assert dict(got["copy"]) == {"learns_both": 2.0, "learns_copy": 1.0}
+    assert got.loc["learns_copy", "reverse"] == "2 (not learned)"
+
+
+def test_rows_that_did_not_learn_share_the_last_ranks():
+    # a 1, b 2 among the learned; c and d did not learn: ranks 3 and 4, shared as 3.5 each
+    past = {"a": (1.0, 0.9), "b": (1.0, 0.5), "c": (0.1, 0.95), "d": (0.0, 0.0)}
+    got = ranking([row("t2", e, x, past[e][x > 8]) for e in past for x in (8, 16)])
+    assert dict(got["t2"]) == {"a": 1.0, "b": 2.0, "c": "3.5 (not learned)",
+                               "d": "3.5 (not learned)"}  # fmt: skip
+    assert dict(got["mrr"]) == pytest.approx({"a": 1, "b": 1 / 2, "c": 1 / 3.5, "d": 1 / 3.5})
+
+
+def test_a_task_no_row_learned_carries_no_rank():
+    rows = [row("t2", e, x, v) for e in "ab" for x, v in ((8, 0.1), (16, 0.0))]
+    got = ranking([*rows, *(row(*r) for r in ROWS if r[0] == "t1")])
+    assert got.loc["a", "t2"] == got.loc["b", "t2"] == "not learned"
+    assert dict(got["tasks"]) == {"a": 1, "b": 1, "c": 1}  # t1 only
