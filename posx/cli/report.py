@@ -65,8 +65,8 @@ def report(
         0.5,  # posx.report.chance.LEARNED (not imported: the CLI loads pandas lazily)
         "--learned",
         help="A run whose exact match (above chance: (em - chance) / (1 - chance)) or other "
-        "accuracy at its training length is below this is marked 'not learned': shown, but "
-        "left out of the ranking. 0 = off.",
+        "accuracy at its training length is below this is marked 'not learned': shown, and "
+        "ranked last in the tasks that are ranked. 0 = off.",
     ),
     learned_loss: float = typer.Option(
         None,

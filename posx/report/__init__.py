@@ -1,12 +1,12 @@
 """``posx report``: results below a root -> tables, ranking, exports and plots.
 
-Modules: ``build`` (the :class:`Report`: load, filter, summarise, rank), ``output`` (output
-format, destinations, the text of each format, terminal tables, plot files), ``data`` (loading,
-filters, metric choice, degradation ratio), ``configs`` (config fingerprints, duplicates,
-``--where``), ``labels`` (row labels, ``--by``, notes on differing settings), ``units``,
-``tables`` (summary and wide tables), ``rank`` (mean reciprocal rank across tasks), ``export``
-(rich, Markdown, LaTeX, CSV), ``html`` (one self-contained page) and ``plots`` (matplotlib
-figures).
+Modules: ``build`` (the :class:`Report`: load, filter, summarise, rank), ``output`` (output format,
+destinations, the text of each format, terminal tables, plot files), ``data`` (loading, filters,
+metric choice), ``protocols`` (one evaluation of a run, its ``×r``), ``configs`` (config
+fingerprints, duplicates, ``--where``), ``labels`` (row labels, ``--by``, notes on differing
+settings), ``units``, ``tables`` (summary and wide tables), ``rank`` (mean reciprocal rank across
+tasks), ``export`` (rich, Markdown, LaTeX, CSV), ``html`` (one self-contained page) and ``plots``
+(matplotlib figures).
 """
 
 from __future__ import annotations

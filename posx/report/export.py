@@ -24,7 +24,7 @@ LEGEND = (
 )
 UNLEARNED_NOTE = (
     "not learned = below --learned at its own training length (exact match above chance, or "
-    "the loss of --learned-loss): shown, but not bold and not ranked"
+    "the loss of --learned-loss): shown and ranked last, never bold"
 )
 
 
@@ -39,8 +39,8 @@ def rank_title(which: str) -> str:
     lengths = "eval lengths past training" if which == "ood" else "all eval lengths"
     return (
         f"Ranking across tasks: mean reciprocal rank over the tasks ranked in (ranks on "
-        f"{lengths}; ties share the average rank; runs not learned and tasks where no run is "
-        f"above chance carry no rank)"
+        f"{lengths}; ties share the average rank; runs not learned rank last; tasks where no "
+        f"learned run is above chance carry no rank)"
     )
 
 

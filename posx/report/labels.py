@@ -24,7 +24,8 @@ from posx.report.configs import (
     effective,
     show,
 )
-from posx.report.data import BY_CHOICES, IDENTITY, add_protocol
+from posx.report.data import BY_CHOICES, IDENTITY
+from posx.report.protocols import add_protocol
 
 BY_LABELS = {"train_length": "L_train", "model": "model", "task": "task", "mode": "mode"}
 Remarks = dict[tuple, list[str]]

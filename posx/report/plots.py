@@ -74,7 +74,7 @@ def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
         label += f" (no value at {', '.join(map(str, missing))})" if missing else ""
         xs = [x for x, _ in ok]
         means = [c.mean for _, c in ok]
-        # A run that did not learn its task stays visible, dotted and faded (not ranked).
+        # A run that did not learn its task stays visible, dotted and faded (it ranks last).
         faded = {"ls": ":", "alpha": 0.45} if row in t.not_learned else {"ls": styles[row]}
         ax.plot(xs, means, marker="o", ms=4, color=color, label=label, **faded)
         spread = [(x, c.mean, c.std) for x, c in ok if c.n > 1 and not math.isnan(c.std)]

@@ -28,7 +28,7 @@ from collections import Counter
 import pandas as pd
 
 from posx.errors import ConfigError
-from posx.report.chance import NOT_LEARNED, is_accuracy
+from posx.report.chance import NOT_LEARNED, cell_at_chance, is_accuracy
 from posx.report.data import lower_is_better
 from posx.report.tables import WideTable
 
@@ -71,7 +71,7 @@ def at_chance(table: WideTable, which: str = "ood") -> bool:
     lengths = ranked_lengths(table, which)
     for row in (r for r in table.rows if r not in table.not_learned):
         cells = [table.cell(row, x) for x in lengths]
-        if any(c.n and c.mean > c.margin for c in cells):
+        if any(c.n and not cell_at_chance(table.metric, c.mean, c.margin) for c in cells):
             return False
     return True
 

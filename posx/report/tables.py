@@ -17,8 +17,9 @@ import pandas as pd
 
 from posx.errors import PosxError
 from posx.report.chance import LEARNED, NOT_LEARNED, above_chance, learned_rows
-from posx.report.data import IDENTITY, add_ratio, lower_is_better, metric_by_task, normalize
+from posx.report.data import IDENTITY, lower_is_better, metric_by_task, normalize
 from posx.report.labels import Remarks, label_rows, table_keys
+from posx.report.protocols import add_ratio
 from posx.report.units import metric_label
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 
 from posx.report import make_report, render
-from posx.report.data import add_ratio, load_evals
+from posx.report.data import load_evals
 from posx.report.labels import label_rows
 from posx.report.plots_data import position_values
+from posx.report.protocols import add_ratio
 from tests.unit.report.report_trees import make_eval_tree
 
 ROPE = (0.9, 0.45, 0.09)  # exact match at 8 (the training length), 16, 32

@@ -11,7 +11,8 @@ import pytest
 
 from posx.errors import ConfigError
 from posx.report import make_report
-from posx.report.data import add_ratio, load_evals, metric_by_task, normalize, select
+from posx.report.data import load_evals, metric_by_task, normalize, select
+from posx.report.protocols import add_ratio
 from posx.report.tables import fmt_ratio, fmt_value, pivot, summarize
 
 
