@@ -8,25 +8,46 @@ distinct seeds, and refuse to average two different models that happen to share 
 
 Configs are first merged onto the typed schema, so a run saved before a key was added compares
 equal to a new run that leaves the key at its default.
+
+Two facts that a config does not hold are part of the identity too, as ``run.json`` records
+them (:func:`with_records`): what ``precision=auto`` resolved to where the run trained (bf16 on
+CUDA, fp32 elsewhere: the config's ``train.precision`` and ``eval.precision`` become that), and
+what identifies the data it read (``data.*``: the corpus's checksum and sizes, the BPE's hash:
+``corpus: stdlib`` is the running Python's sources, a file or a dataset can change). A run that
+recorded neither (trained before posx recorded them) keeps the identity of its config alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from posx.config.schema import PosxConfig
+from posx.runtime.precision import PRECISIONS, precision_name
+from posx.storage.results import load_json_object
 
 Scalar = str | int | float | bool | None
-FINGERPRINT_VERSION = 1  # part of the hash: a change of the rules below changes every fingerprint
+# Part of the hash: a change of the rules below changes every fingerprint. 2: the resolved
+# precision and the data's checksums joined the identity; four keys proven not to change a
+# number left it.
+FINGERPRINT_VERSION = 2
 FINGERPRINT_CHARS = 12
+# The identity's node of what identifies a run's data (not a config key: from run.json).
+DATA = "data"
+# What identifies the data in run.json's `task_info` (text tasks record them): the corpus's
+# checksum and sizes (train + validation bytes), and a BPE tokenizer's hash.
+DATA_KEYS = ("corpus_crc32", "corpus_bytes", "val_bytes", "tokenizer_sha256")
+# Where run.json records what each config node's `precision` resolved to.
+RECORDED_PRECISION = {"train": "train_precision", "eval": "eval_precision"}
 
 # Keys (and everything below them) that do not identify an experiment, with the reason.
 NOT_IDENTITY: dict[str, str] = {
@@ -39,7 +60,8 @@ NOT_IDENTITY: dict[str, str] = {
     "design": "read by option yamls through interpolations: what it changes is in their keys",
     "eval.variants": "which eval-time variants were evaluated (each row records its overrides)",
     "hydra": "output directories and launcher settings",
-    "train.device": "where it ran (recorded per eval row as `device`)",
+    "train.device": "where it ran (recorded per eval row as `device`); what it changes, the "
+    "precision `auto` resolves to, is in the identity as train.precision and eval.precision",
     "train.threads": "CPU threads",
     "train.progress": "progress bar",
     "train.progress_every": "progress line interval",
@@ -54,12 +76,30 @@ NOT_IDENTITY: dict[str, str] = {
     "eval.mode": "recorded per eval row (`mode`)",
     "eval.window": "recorded per eval row (`window`)",
     "eval.stride": "recorded per eval row (`stride`)",
+    # Proven not to change a number (each test is named; test_fingerprint.py checks it exists).
+    "model.attn_block_size": "query block of the blocked kernel; outputs do not depend on it: "
+    "tests/unit/model/test_attention_kernels.py::"
+    "test_model_output_does_not_depend_on_the_block_size, "
+    "tests/unit/training/test_identity_keys.py::test_attn_block_size_does_not_change_a_run",
+    "model.attention_kernel": "blocked or FlexAttention, the same numbers: "
+    "tests/unit/training/test_identity_keys.py::test_attention_kernel_does_not_change_a_run, "
+    "tests/unit/model/test_attention_kernels.py::test_flex_score_mod_gradients_equal_blocked",
+    "train.max_memory": "a limit checked before training, read by nothing else: "
+    "tests/unit/training/test_identity_keys.py::test_max_memory_does_not_change_a_run",
+    "train.compile": "torch.compile of the same computation: "
+    "tests/unit/training/test_train_precision.py::test_compiled_training_matches_eager",
 }
 
 
 def _container(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """``cfg`` as plain data: merged onto the schema where it fits, interpolations resolved."""
     node = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(dict(cfg))
+    # The data node is not in the schema: set aside, so that the rest still merges onto it.
+    recorded = node.get(DATA) if DATA in node else None
+    if recorded is not None:
+        node = node.copy()
+        with open_dict(node):
+            del node[DATA]
     # A config that does not fit the schema (not posx's, or from a schema since changed) is
     # compared as it is.
     with contextlib.suppress(OmegaConfBaseException):
@@ -69,6 +109,8 @@ def _container(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     except OmegaConfBaseException:  # e.g. a resolver only Hydra's app registers
         data = OmegaConf.to_container(node, resolve=False)
     assert isinstance(data, dict)
+    if recorded is not None:
+        data[DATA] = OmegaConf.to_container(recorded) if OmegaConf.is_config(recorded) else recorded
     return data
 
 
@@ -99,9 +141,25 @@ def is_identity_key(key: str) -> bool:
     return not any(key == k or key.startswith(f"{k}.") for k in NOT_IDENTITY)
 
 
+def _known_precision(flat: Mapping[str, Scalar]) -> Scalar:
+    """``train.precision``, or what ``auto`` resolves to where ``train.device`` says it ran
+    (``cuda``: bf16, ``cpu``: fp32); ``auto`` when the device was ``auto`` too (not known)."""
+    precision, device = flat.get("train.precision"), flat.get("train.device")
+    if precision != "auto" or not isinstance(device, str) or device == "auto":
+        return precision
+    try:
+        return precision_name("auto", torch.device(device))
+    except (RuntimeError, ValueError):  # not a device name: validation says so, not this
+        return precision
+
+
 def identity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Scalar]:
-    """:func:`flat_config` without the keys that do not identify an experiment."""
-    return {k: v for k, v in flat_config(cfg).items() if is_identity_key(k)}
+    """:func:`flat_config` without the keys that do not identify an experiment, with
+    ``train.precision=auto`` resolved where an explicit ``train.device`` decides it."""
+    flat = flat_config(cfg)
+    if "train.precision" in flat:
+        flat["train.precision"] = _known_precision(flat)
+    return {k: v for k, v in flat.items() if is_identity_key(k)}
 
 
 def _canonical(value: Scalar) -> Scalar:
@@ -123,8 +181,50 @@ def config_fingerprint(cfg: DictConfig | Mapping[str, Any]) -> str:
     return fingerprint_of(identity_config(cfg))
 
 
-def saved_config(run_dir: Path) -> DictConfig | None:
-    """The config Hydra saved for a run (``.hydra/config.yaml``), or None when there is none."""
+def data_identity(task_info: Any) -> dict[str, Scalar]:
+    """What identifies a run's data, from a task's description (``run.json``'s ``task_info``
+    or :meth:`~posx.tasks.base.Task.describe`): :data:`DATA_KEYS` that it has."""
+    if not isinstance(task_info, Mapping):
+        return {}
+    return {
+        k: task_info[k]
+        for k in DATA_KEYS
+        if isinstance(task_info.get(k), str | int) and not isinstance(task_info[k], bool)
+    }
+
+
+def with_records(cfg: DictConfig, info: Mapping[str, Any]) -> DictConfig:
+    """``cfg`` with what ``run.json`` (``info``) records about how the run ran: each ``auto``
+    precision replaced by what it resolved to, and the data's identity under ``data``.
+
+    Args:
+        cfg: The run's config (saved by Hydra, or composed).
+        info: The run's ``run.json`` (``{}`` when it has none: ``cfg`` comes back as it is).
+    """
+    cfg = copy.deepcopy(cfg)  # the caller's config stays as it was
+    with open_dict(cfg):
+        for group, field in RECORDED_PRECISION.items():
+            node, value = cfg.get(group), info.get(field)
+            # an explicit precision is what ran; only `auto` depended on the device
+            auto = isinstance(node, DictConfig) and node.get("precision", "auto") == "auto"
+            if auto and value in PRECISIONS[1:]:
+                node.precision = value
+        data = data_identity(info.get("task_info"))
+        if data:
+            cfg[DATA] = data
+    return cfg
+
+
+def recorded_info(run_dir: Path) -> dict[str, Any]:
+    """The run's ``run.json``, or ``{}`` when it has none or it cannot be read (a report
+    reads what it can; ``posx eval`` refuses a damaged one before it gets here)."""
+    try:
+        return load_json_object(run_dir / "run.json")
+    except (OSError, ValueError):
+        return {}
+
+
+def _hydra_config(run_dir: Path) -> DictConfig | None:
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         return None
@@ -132,14 +232,31 @@ def saved_config(run_dir: Path) -> DictConfig | None:
     return cfg if isinstance(cfg, DictConfig) else None
 
 
-def run_fingerprint(run_dir: Path, cfg: DictConfig | None = None) -> str:
+def saved_config(run_dir: Path) -> DictConfig | None:
+    """The config a run ran with: what Hydra saved (``.hydra/config.yaml``) with what
+    ``run.json`` records (:func:`with_records`); None when there is no saved config."""
+    cfg = _hydra_config(run_dir)
+    return with_records(cfg, recorded_info(run_dir)) if cfg is not None else None
+
+
+def run_fingerprint(
+    run_dir: Path, cfg: DictConfig | None = None, info: Mapping[str, Any] | None = None
+) -> str:
     """A run's fingerprint, from its saved config (the source every reader shares), else from
     ``cfg``; ``""`` when neither exists.
 
     Training and evaluation both call this, so ``run.json`` and every ``eval.csv`` row carry the
-    fingerprint that ``posx report`` computes again from the same file.
+    fingerprint that ``posx report`` computes again from the same files.
+
+    Args:
+        run_dir: The run directory.
+        cfg: The config, when the run has no saved one (yet).
+        info: What ``run.json`` records (:func:`with_records`); default: read from the run
+            (training passes what it is about to write).
     """
-    saved = saved_config(run_dir)
-    if saved is not None:
-        return config_fingerprint(saved)
-    return config_fingerprint(cfg) if cfg is not None else ""
+    saved = _hydra_config(run_dir)
+    base = saved if saved is not None else cfg
+    if base is None:
+        return ""
+    facts = recorded_info(run_dir) if info is None else info
+    return config_fingerprint(with_records(base, facts))

@@ -1,6 +1,7 @@
 """A saved run's config, read back: typed by the schema, checked against its checkpoint and the
-trust rules, with eval-time overrides applied. ``posx eval`` and ``posx resume`` load runs
-through here."""
+trust rules, with eval-time overrides applied and ``eval.precision=auto`` as the run resolved it.
+``posx eval`` and ``posx resume`` load runs through here; ``posx eval`` also checks the run's
+data against what its training recorded (:func:`check_same_data`)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from posx.config.compose import key_hint, validate
+from posx.config.fingerprint import RECORDED_PRECISION, data_identity
 from posx.config.schema import EvalConfig, PosxConfig
-from posx.config.trust import check_trusted, recorded
+from posx.config.trust import check_trusted, is_recorded, recorded
 from posx.errors import ConfigError, PosxError, one_line
+from posx.runtime.precision import PRECISIONS
 from posx.storage.checkpoint import check_identity
 from posx.storage.results import run_info
 
@@ -108,7 +111,9 @@ def check_loadable(
         ConfigError: A target that is not trusted.
         PosxError: A config that does not match the checkpoint.
     """
-    check_trusted(cfg, trust, str(source), recorded(info))
+    # A run.json without needs_trust (trained before posx recorded it) proves nothing.
+    unrecorded = bool(info) and not is_recorded(info)
+    check_trusted(cfg, trust, str(source), recorded(info), unrecorded)
     check_identity(
         run_dir, cfg, f"{source} (composed with posx's configs)" if composed else str(source)
     )
@@ -127,11 +132,90 @@ def loadable_config(run_dir: Path, overrides: list[str], trust: Sequence[str] = 
     """
     source = run_dir / ".hydra" / "config.yaml"
     saved = run_config(run_dir)
-    check_loadable(run_dir, saved, source, trust, run_info(run_dir))
+    info = run_info(run_dir)
+    check_loadable(run_dir, saved, source, trust, info)
     cfg = apply_overrides(with_eval_defaults(saved), overrides)
     check_trusted(cfg, trust, "eval-time overrides", None)  # what they add is the user's
     validate(cfg)
+    return recorded_eval_precision(cfg, info, overrides)
+
+
+def _override_keys(overrides: Sequence[str]) -> set[str]:
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+
+
+def recorded_eval_precision(
+    cfg: DictConfig, info: dict[str, Any], overrides: Sequence[str]
+) -> DictConfig:
+    """``eval.precision=auto`` as the run resolved it when it was trained (``run.json``'s
+    ``eval_precision``), wherever it is evaluated now: a GPU run (bf16) evaluated on a CPU is
+    evaluated in bf16, so its rows are what its identity says (see
+    :mod:`posx.config.fingerprint`). An ``eval.precision`` override is the user's choice, and
+    a run that recorded none resolves ``auto`` on the device it is evaluated on."""
+    value = info.get(RECORDED_PRECISION["eval"])
+    if cfg.eval.precision != "auto" or "eval.precision" in _override_keys(overrides):
+        return cfg
+    if value not in PRECISIONS[1:]:
+        return cfg
+    cfg = cfg.copy()
+    cfg.eval.precision = value
     return cfg
+
+
+def _change(key: str, was: Any, now: Any) -> str:
+    """``crc32 A -> B``, ``9998 -> 10012 bytes``, ``held-out 500 -> 501 bytes``, ``sha256 ...``."""
+    if key.endswith("sha256"):  # 64 hex digits: the first 12 tell them apart
+        return f"sha256 {str(was)[:12]} -> {str(now)[:12] if now is not None else 'none'}"
+    if key.endswith("crc32"):
+        return f"crc32 {was} -> {now}"
+    return f"{'held-out ' if key.startswith('val') else ''}{was} -> {now} bytes"
+
+
+def data_changes(recorded: dict[str, Any], now: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What differs between the data a run recorded and the data rebuilt now, in words: the
+    corpus's changes and the tokenizer's."""
+    corpus, tokenizer = [], []
+    for key, was in recorded.items():
+        if now.get(key) != was:
+            into = tokenizer if key.startswith("tokenizer") else corpus
+            into.append(_change(key, was, now.get(key)))
+    return corpus, tokenizer
+
+
+def check_same_data(
+    run_dir: Path, info: dict[str, Any], described: dict[str, Any], overrides: Sequence[str]
+) -> None:
+    """Refuses to evaluate a run whose data is no longer what it was trained on: a corpus file
+    edited, ``stdlib`` of another Python, a dataset or tokenizer file that changed. Its rows
+    would be numbers on other text under the run's name.
+
+    Args:
+        run_dir: The run directory.
+        info: The run's ``run.json`` (its ``task_info`` records the data at training).
+        described: The task rebuilt now (:meth:`~posx.tasks.base.Task.describe`).
+        overrides: Eval-time overrides: with a ``task.*`` one the data is the user's choice
+            (recorded in each row), so nothing is checked.
+
+    Raises:
+        PosxError: One line naming the corpus, what changed and what to do.
+    """
+    if any(k == "task" or k.startswith("task.") for k in _override_keys(overrides)):
+        return
+    task_info = info.get("task_info")
+    corpus, tokenizer = data_changes(data_identity(task_info), data_identity(described))
+    if not corpus and not tokenizer:
+        return
+    name = str(task_info.get("corpus", "?")) if isinstance(task_info, dict) else "?"
+    if corpus:
+        what = f"the corpus {name!r} has changed since the run was trained ({', '.join(corpus)})"
+        fix = f"restore the corpus, or evaluate on it as it is now with task.corpus={name}"
+    else:
+        what = f"its tokenizer has changed since the run was trained ({', '.join(tokenizer)})"
+        fix = "restore it, or evaluate with it as it is now with a task.* override"
+    raise PosxError(
+        f"{run_dir}: {what}, so its rows would score other tokens than its training did; "
+        f"{fix} (an eval-time override, recorded in each row)"
+    )
 
 
 def recorded_overrides(overrides: list[str]) -> str:

@@ -16,7 +16,8 @@ calls whatever a ``_target_`` names: ``torch.load`` with ``weights_only: false``
   dirs a run recorded are not the user's and grant nothing.
 
 A run's own files never grant trust: ``run.json`` records which prefixes its training needed
-(``needs_trust``), which only words the error message.
+(``needs_trust``), which only words the error message (a run trained before posx recorded it
+is told so, not suspected of an edited config).
 """
 
 from __future__ import annotations
@@ -146,11 +147,34 @@ def recorded(info: dict[str, Any]) -> list[str]:
     return [p for p in value if isinstance(p, str)] if isinstance(value, list) else []
 
 
+def is_recorded(info: dict[str, Any]) -> bool:
+    """Whether a run's ``run.json`` records ``needs_trust`` at all (runs trained before posx
+    recorded it do not: their silence says nothing about their config)."""
+    return isinstance(info.get("needs_trust"), list)
+
+
+def _why_untrusted(allow: str | None, recorded: Sequence[str] | None, unrecorded: bool) -> str:
+    """Why a target is refused, as :func:`check_trusted`'s message says it."""
+    if recorded is None:
+        return "is not posx code"
+    run = "is not posx code, and a run directory cannot ask to run code: "
+    if allow:
+        return f"{run}the run was trained with it and needs --trust {allow}"
+    if unrecorded:
+        # nothing suggests tampering: whether its training used this target is unknown
+        return (
+            f"{run}the run was trained before posx recorded what a run needs trusted "
+            "(its run.json has no needs_trust), so whether its training used it is unknown"
+        )
+    return f"{run}its training did not record it (was the config edited?)"
+
+
 def check_trusted(
     cfg: DictConfig,
     prefixes: Sequence[str],
     source: str,
     recorded: Sequence[str] | None = (),
+    unrecorded: bool = False,
 ) -> None:
     """Refuses a config with a ``_target_`` that is neither posx's nor trusted.
 
@@ -161,6 +185,8 @@ def check_trusted(
             overrides).
         recorded: The run's ``needs_trust`` from ``run.json``: it words the message, and
             grants nothing. ``None``: the config is the user's own (eval-time overrides).
+        unrecorded: The run's ``run.json`` has no ``needs_trust`` (:func:`is_recorded`):
+            the message says so instead of suspecting an edited config.
 
     Raises:
         UntrustedTarget: One line naming the target and how to allow it.
@@ -172,18 +198,7 @@ def check_trusted(
             shown = OmegaConf.to_yaml(target).strip() if OmegaConf.is_config(target) else target
             raise UntrustedTarget(f"{source}: _target_ of {where} is not a dotted path: {shown!r}")
         allow = next((p for p in recorded or () if _under(target, p)), None)
-        if recorded is None:
-            why = "is not posx code"
-        elif allow:
-            why = (
-                "is not posx code, and a run directory cannot ask to run code: the run was "
-                f"trained with it and needs --trust {allow}"
-            )
-        else:
-            why = (
-                "is not posx code, and a run directory cannot ask to run code: its training "
-                "did not record it (was the config edited?)"
-            )
+        why = _why_untrusted(allow, recorded, unrecorded)
         allow = allow or target
         raise UntrustedTarget(
             f"{source}: {where} _target_ {target!r} {why}; if you trust it, pass --trust "

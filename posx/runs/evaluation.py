@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posx.config.build import build_positions
+from posx.config.build import build_positions, build_task
 from posx.config.compose import eval_lengths
-from posx.config.saved import loadable_config, run_config
+from posx.config.fingerprint import data_identity
+from posx.config.saved import check_same_data, loadable_config, run_config
 from posx.config.trust import UntrustedTarget
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluation.data import CACHE_DIR, results_root
@@ -54,11 +55,13 @@ class Selection:
 
 def check_run(run: Path, overrides: list[str], trust: Sequence[str]) -> None:
     """Everything that can refuse a run before any evaluation: its files, its checkpoint's
-    headers, its config against the checkpoint, the overrides, untrusted targets.
+    headers, its config against the checkpoint, the overrides, untrusted targets, and its
+    data against what its training recorded.
 
     Raises:
         ConfigError: Not a run directory, a bad eval-time override, or ``UntrustedTarget``.
-        PosxError: The run's own files are damaged or do not fit each other.
+        PosxError: The run's own files are damaged or do not fit each other, or its corpus
+            changed since training.
     """
     if not run.is_dir():
         raise ConfigError(f"run directory does not exist: {run}")
@@ -69,6 +72,22 @@ def check_run(run: Path, overrides: list[str], trust: Sequence[str]) -> None:
     for name in ("eval.csv", "eval_positions.csv"):  # rows will merge into these
         if (run / name).is_file():
             read_table(run / name, ROW_KEYS)
+    check_data(run, overrides, trust)
+
+
+def check_data(run: Path, overrides: list[str], trust: Sequence[str] = ()) -> None:
+    """Refuses a run whose corpus or tokenizer is no longer what its training recorded in
+    ``run.json`` (see :func:`~posx.config.saved.check_same_data`).
+
+    Raises:
+        PosxError: The data changed, in one line naming the corpus and what changed.
+    """
+    info = run_info(run)
+    if not data_identity(info.get("task_info")):
+        return  # a synthetic task (its data is its config), or a run that recorded none
+    cfg = loadable_config(run, overrides, trust)
+    # built as evaluate_run builds it (the corpus is read once: load_corpus caches its bytes)
+    check_same_data(run, info, build_task(cfg, results_root(run)).describe(), overrides)
 
 
 def select_runs(
@@ -150,9 +169,11 @@ def evaluate_runs(
 
     Raises:
         ConfigError: A run at a length that cannot fit in memory (before any work).
+        PosxError: A run whose corpus changed since training (before any work).
         Interrupted: Ctrl-C; the runs evaluated before it keep their rows.
     """
-    for run in runs:
+    for run in runs:  # before any work; runs chosen by select_runs passed these already
+        check_data(run, overrides, trust)  # posx.api.evaluate comes here directly
         check_eval_memory(run, lengths, overrides, device, max_memory, trust)
     done: dict[Path, list[dict[str, Any]]] = {}
     for run in runs:

@@ -242,7 +242,7 @@ def train(
     trainer, step, tokens_seen, rows = prepare(cfg, run_dir)
     world, model = trainer.world, trainer.model
     meta = {
-        **run_meta(cfg, run_dir, names, trainer.task.describe()),
+        **run_meta(cfg, run_dir, names, trainer.task.describe(), trainer.device),
         "parameters": model.num_parameters(),
     }
     record = RunRecord(run_dir, meta, world, saved=step or None)

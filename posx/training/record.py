@@ -18,24 +18,30 @@ from posx.config.run_names import run_label
 from posx.config.trust import needs_trust
 from posx.errors import Interrupted, PosxError
 from posx.runtime.distributed import World, mean_over_ranks
+from posx.runtime.precision import precision_name
 from posx.storage.results import SCHEMA_VERSION, write_json
 from posx.version import __version__
 
 
 def run_meta(
-    cfg: DictConfig, run_dir: Path, names: dict[str, str], task_info: dict
+    cfg: DictConfig,
+    run_dir: Path,
+    names: dict[str, str],
+    task_info: dict,
+    device: torch.device,
 ) -> dict[str, Any]:
     """What every status write of ``run.json`` starts with: versions, labels, the training
-    length and steps, and the config's fingerprint.
+    length and steps, the precisions that ran, and the run's fingerprint.
 
     Args:
         cfg: Composed, validated config.
         run_dir: The run's directory.
         names: Labels of the chosen ``encoding``, ``task``, ``model`` (and ``positions``).
         task_info: The task's own description (:meth:`~posx.tasks.base.Task.describe`).
+        device: Where the run trains (``precision=auto`` is bf16 on CUDA, fp32 elsewhere).
     """
     positions = names.get("positions") or "default"
-    return {
+    meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "posx_version": __version__,
         "run": run_dir.name,
@@ -50,12 +56,18 @@ def run_meta(
         "steps": cfg.train.steps,
         "experiment": str(cfg.get("experiment_name") or ""),  # whose claims apply (posx check)
         "task_info": task_info,
-        # the whole configuration minus seed and bookkeeping: what `posx report` groups by
-        "fingerprint": run_fingerprint(run_dir, cfg),
-        # What `posx eval/resume --trust` must allow to load this run (informative only: a
-        # run's own files never grant trust; see posx.config.trust).
-        "needs_trust": needs_trust(cfg),
+        # What `auto` resolved to here: part of the identity (a GPU run in bf16 and a CPU run
+        # in fp32 are not seeds of one experiment), and what `posx eval` evaluates in.
+        "train_precision": precision_name(cfg.train.precision, device),
+        "eval_precision": precision_name(cfg.eval.precision, device),
     }
+    # the whole configuration minus seed and bookkeeping, with the facts above: what
+    # `posx report` groups by (it reads them back from this file)
+    meta["fingerprint"] = run_fingerprint(run_dir, cfg, meta)
+    # What `posx eval/resume --trust` must allow to load this run (informative only: a
+    # run's own files never grant trust; see posx.config.trust).
+    meta["needs_trust"] = needs_trust(cfg)
+    return meta
 
 
 @dataclass

@@ -98,6 +98,93 @@ def test_eval_refuses_a_foreign_eval_table_before_any_work(cli, copy_run):
     assert snapshot(run) == before
 
 
+# --- a corpus that changed after training ------------------------------------------------
+
+LEGACY_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "legacy" / "corpus.txt"
+TEXT_RUN = ["task=text", "model.d_model=8", "model.n_heads=2", "model.n_layers=1",
+            "model.d_ff=16", "train.length=16", "train.batch_size=4", "train.steps=2",
+            "train.warmup_steps=1", "train.progress=false", "eval.lengths=[16]",
+            "eval.tokens=64"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory) -> Path:
+    """A run trained (by ``posx train``, in a subprocess) on ``corpus.txt`` of its working
+    directory: a relative path, so a copy of the run reads the ``corpus.txt`` beside it."""
+    from tests.conftest import run_posx
+
+    folder = tmp_path_factory.mktemp("text_run")
+    (folder / "corpus.txt").write_bytes(LEGACY_CORPUS.read_bytes())
+    run_posx("train", *TEXT_RUN, "task.corpus=corpus.txt", "root=results", cwd=folder, check=True)
+    return next((folder / "results").rglob("run.json")).parent
+
+
+@pytest.fixture
+def changed_corpus(text_run, tmp_path) -> Path:
+    """A copy of the text run (under ``tmp_path/results/runs``) whose ``corpus.txt`` differs in
+    one byte from the one it was trained on."""
+    import shutil
+
+    run = Path(shutil.copytree(text_run, tmp_path / "results" / "runs" / "text"))
+    data = bytearray(LEGACY_CORPUS.read_bytes())
+    data[-100] = ord("#") if data[-100] != ord("#") else ord("%")
+    (tmp_path / "corpus.txt").write_bytes(bytes(data))
+    return run
+
+
+def test_eval_refuses_a_run_whose_corpus_changed(posx, changed_corpus, tmp_path):
+    """The rebuilt corpus is checked against the checksum run.json recorded at training: an
+    edited corpus is refused in one line that names it and what changed, before any work."""
+    run = changed_corpus
+    recorded = json.loads((run / "run.json").read_text())["task_info"]["corpus_crc32"]
+    before = snapshot(run)
+    result = posx("eval", str(run), "--lengths", "16", "--no-progress", cwd=tmp_path)
+    line = error_line(result)
+    assert result.returncode == 1, result.stderr
+    assert "the corpus 'corpus.txt' has changed since the run was trained" in line, line
+    assert f"crc32 {recorded} -> " in line and "task.corpus=corpus.txt" in line, line
+    assert snapshot(run) == before
+
+
+def test_eval_of_a_changed_corpus_on_request_records_it(posx, changed_corpus, tmp_path):
+    """Evaluating on the corpus as it is now is an eval-time override, recorded in the row."""
+    run = changed_corpus
+    args = ("eval", str(run), "--lengths", "16", "--no-progress", "task.corpus=corpus.txt")
+    result = posx(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    assert "task.corpus=corpus.txt" in set(rows["overrides"]), rows["overrides"]
+
+
+def test_the_python_api_refuses_a_run_whose_corpus_changed(changed_corpus, tmp_path):
+    """``posx.api.evaluate`` (no run selection before it) checks the corpus too."""
+    import subprocess
+    import sys
+
+    before = snapshot(changed_corpus)
+    code = "from posx.api import evaluate; evaluate('results/runs/text', [16], device='cpu')"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode != 0, proc.stdout
+    assert "PosxError" in proc.stderr and "has changed since the run was trained" in proc.stderr
+    assert snapshot(changed_corpus) == before
+
+
+def test_eval_root_skips_a_run_whose_corpus_changed(posx, changed_corpus, text_run, tmp_path):
+    """Under ``--root`` the run is skipped with its reason; a run of an unchanged corpus (its
+    own ``corpus.txt``, elsewhere) is still evaluated."""
+    import shutil
+
+    result = posx("eval", "--root", "results", "--lengths", "16", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "posx: skipping: " in result.stderr and "has changed since" in result.stderr
+    assert "1 run(s) skipped, damaged or refused: text" in result.stderr, result.stderr
+    same = Path(shutil.copytree(text_run.parent.parent.parent, tmp_path / "same"))
+    result = posx("eval", "--root", "results", "--lengths", "16", "--no-progress", cwd=same)
+    assert result.returncode == 0, result.stderr
+
+
 # --- sweep status --------------------------------------------------------------------------
 
 
@@ -191,10 +278,16 @@ def test_report_skips_a_damaged_file_and_reports_the_rest(cli, copy_run, tmp_pat
     rows = pd.read_csv(io.StringIO(table))
     # Both runs are copies of one (same config and seed), so the report keeps only the newer
     # and says so: that warning shows the damaged run's other tables were still read. A
-    # damaged eval.csv leaves only the good run.
+    # damaged eval.csv leaves only the good run; a damaged run.json, see below.
     assert len(rows) and set(rows["n"]) == {1}, rows
     duplicate = any("duplicate runs" in x for x in result.stderr.splitlines())
-    assert duplicate == (name != "eval.csv"), result.stderr
+    if name == "run.json":
+        # What only run.json records (the precision `auto` resolved to) is unknown for the
+        # damaged run: its rows are still reported, as a configuration of their own.
+        assert not duplicate and set(rows["n"]) == {1}, result.stderr
+        assert any("train.precision=auto" in label for label in rows["label"]), rows["label"]
+    else:
+        assert duplicate == (name != "eval.csv"), result.stderr
     assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("p/")} == before
 
 

@@ -183,6 +183,24 @@ def test_training_records_what_the_run_needs_trusted(user_run):
     assert json.loads((user_run / "run.json").read_text())["needs_trust"] == ["posxuser_pkg"]
 
 
+def test_a_run_from_before_needs_trust_is_told_what_to_do(cli, user_run, tmp_path, monkeypatch):
+    """A legitimate run trained before posx recorded ``needs_trust`` is not suspected of an
+    edited config: the message says what is unknown and how to allow the target."""
+    import shutil
+
+    monkeypatch.delenv("POSX_TRUST", raising=False)
+    run = Path(shutil.copytree(user_run, tmp_path / "old_run"))
+    info = json.loads((run / "run.json").read_text())
+    del info["needs_trust"]
+    (run / "run.json").write_text(json.dumps(info))
+    line = error_line(cli("eval", str(run), "--lengths", "16", "--no-progress"))
+    assert "edited" not in line, line
+    assert "trained before posx recorded what a run needs trusted" in line, line
+    assert "pass --trust posxuser_pkg.enc.Shifted" in line, line
+    trusted = ("--trust", "posxuser_pkg.enc.Shifted")
+    assert cli("eval", str(run), "--lengths", "16", "--no-progress", *trusted).returncode == 0
+
+
 def test_user_package_needs_trust_to_be_loaded(cli, user_run, monkeypatch):
     monkeypatch.delenv("POSX_TRUST", raising=False)
     result = cli("eval", str(user_run), "--lengths", "16", "--no-progress")

@@ -10,7 +10,7 @@ import pytest
 from posx.config.compose import compose, eval_lengths, positive_lengths, validate
 from posx.config.paths import choices
 from posx.errors import ConfigError
-from posx.runs import check_overrides
+from posx.runs import check_overrides, preflight
 from posx.runs.launch import sweep_dir_of
 
 
@@ -94,10 +94,25 @@ def test_unknown_encoding_in_a_sweep_is_caught():
         check_overrides(["encoding=rope,nosuch"], build=False)
 
 
-def test_check_overrides_accepts_a_valid_sweep():
+def test_check_overrides_accepts_a_valid_sweep(monkeypatch):
+    """Every value of the sweep is composed with the other overrides, validated and built."""
+    checked, built = [], []
+    check, build = preflight._check_config, preflight.check_buildable
+    monkeypatch.setattr(
+        preflight, "_check_config", lambda cfg, *a: checked.append(cfg) or check(cfg, *a)
+    )
+    monkeypatch.setattr(preflight, "check_buildable", lambda cfg: built.append(cfg) or build(cfg))
     check_overrides(
         ["encoding=nope,alibi", "task=copy", "train.length=16", "model.d_model=32"], build=True
     )
+    seen = sorted(
+        (c.encoding._target_, c.task._target_, c.train.length, c.model.d_model) for c in checked
+    )
+    assert seen == [
+        ("posx.encodings.alibi.ALiBi", "posx.tasks.synthetic.copy.CopyTask", 16, 32),
+        ("posx.encodings.base.NoPE", "posx.tasks.synthetic.copy.CopyTask", 16, 32),
+    ]
+    assert built == checked
 
 
 def test_bad_override_syntax_is_a_config_error():

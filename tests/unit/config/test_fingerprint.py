@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
@@ -13,8 +16,11 @@ from posx.config.fingerprint import (
     flat_config,
     identity_config,
     run_fingerprint,
+    saved_config,
 )
+from posx.report import make_report
 
+REPO = Path(__file__).resolve().parents[3]
 BASE = {
     "model": {"d_model": 32, "n_layers": 1},
     "train": {"length": 16, "steps": 100, "lr": 0.003, "device": "auto", "progress": True},
@@ -24,6 +30,8 @@ BASE = {
     "seed": 0,
     "root": "results",
 }
+# Keys (and the nodes below them) that a run proved do not change its numbers.
+PROVEN = ("model.attn_block_size", "model.attention_kernel", "train.max_memory", "train.compile")
 
 
 def changed(**dotted) -> dict:
@@ -31,6 +39,16 @@ def changed(**dotted) -> dict:
     for key, value in dotted.items():
         OmegaConf.update(cfg, key.replace("__", "."), value)
     return OmegaConf.to_container(cfg)
+
+
+def write_run(root: Path, name: str, cfg: dict, info: dict | None = None) -> Path:
+    """A run directory with ``.hydra/config.yaml`` and, given ``info``, ``run.json``."""
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    if info is not None:
+        (run / "run.json").write_text(json.dumps({"schema_version": 1, **info}))
+    return run
 
 
 def test_flat_config_has_dotted_scalar_leaves():
@@ -46,16 +64,25 @@ def test_flat_config_has_dotted_scalar_leaves():
     [
         {"seed": 3},
         {"root": "/elsewhere"},
-        {"train__device": "cuda"},
         {"train__progress": False},
         {"train__log_every": 1},
         {"train__resume": True},
         {"eval__lengths": [16, 32, 64, 128]},
         {"eval__batch_tokens": 64},
+        # where it ran, once the precision is the same
+        {"train__device": "cuda", "train__precision": "fp32", "eval__precision": "fp32"},
+        # settings proven not to change a number (each reason names its test)
+        {"model__attn_block_size": 64},
+        {"model__attention_kernel": "blocked"},
+        {"train__max_memory": "8G"},
+        {"train__compile": True},
     ],
 )
 def test_seed_paths_and_bookkeeping_do_not_change_the_fingerprint(change):
-    assert config_fingerprint(changed(**change)) == config_fingerprint(BASE)
+    base = (
+        {"train__precision": "fp32", "eval__precision": "fp32"} if "train__device" in change else {}
+    )
+    assert config_fingerprint(changed(**change)) == config_fingerprint(changed(**base))
 
 
 @pytest.mark.parametrize(
@@ -68,6 +95,8 @@ def test_seed_paths_and_bookkeeping_do_not_change_the_fingerprint(change):
         {"task__num_symbols": 8},
         {"eval__tokens": 1024},  # another held-out set size: other numbers
         {"encoding___target_": "posx.encodings.alibi.ALiBi"},
+        {"train__precision": "bf16"},
+        {"eval__precision": "bf16"},
     ],
 )
 def test_every_other_key_changes_the_fingerprint(change):
@@ -75,10 +104,37 @@ def test_every_other_key_changes_the_fingerprint(change):
 
 
 def test_identity_leaves_out_exactly_the_listed_keys():
-    keys = identity_config(BASE)
-    assert "seed" not in keys and "train.device" not in keys and "eval.lengths" not in keys
-    assert "train.steps" in keys and "eval.tokens" in keys
-    assert not [k for k in keys if any(k == n or k.startswith(f"{n}.") for n in NOT_IDENTITY)]
+    """The keys left out are written here, not computed from NOT_IDENTITY: a key dropped from
+    the list, or a filter that drops too much, fails."""
+    nested = changed(
+        logger={"tensorboard": {"_target_": "posx.tracking.tensorboard.TensorBoard"}},
+        design={"max_distance": 4},
+        eval__variants=[["encoding.scaling.type=yarn"]],
+    )
+    left_out = {
+        "seed", "root", "invocation", "label", "chosen", "experiment_name",
+        "design.max_distance", "logger.tensorboard._target_", "eval.variants",
+        "eval.lengths", "eval.batch_tokens", "eval.buckets", "eval.mode", "eval.window",
+        "eval.stride", "train.device", "train.threads", "train.progress",
+        "train.progress_every", "train.log_every", "train.checkpoint_every", "train.resume",
+        "train.eval_at_end", "train.max_memory", "train.compile", "model.attn_block_size",
+        "model.attention_kernel",
+    }  # fmt: skip
+    flat, keys = flat_config(nested), identity_config(nested)
+    assert left_out <= set(flat)  # every one of them is really there to be left out
+    assert set(flat) - set(keys) == left_out
+    assert {"train.steps", "eval.tokens", "train.precision", "eval.precision"} <= set(keys)
+
+
+@pytest.mark.parametrize("key", PROVEN)
+def test_each_key_left_out_for_its_numbers_names_the_test_that_proves_it(key):
+    """``model.attn_block_size``, ``model.attention_kernel``, ``train.max_memory`` and
+    ``train.compile`` are left out because a test shows that they do not change a number; the
+    reason names that test, and the test exists."""
+    tests = re.findall(r"(tests/[\w/]+\.py)::(\w+)", NOT_IDENTITY[key])
+    assert tests, NOT_IDENTITY[key]
+    for path, name in tests:
+        assert f"def {name}(" in (REPO / path).read_text(), f"{path}::{name}"
 
 
 def test_fingerprint_is_stable_across_yaml_and_number_spelling(tmp_path):
@@ -89,9 +145,74 @@ def test_fingerprint_is_stable_across_yaml_and_number_spelling(tmp_path):
     assert config_fingerprint(changed(train__steps="${model.d_model}")) == config_fingerprint(
         changed(train__steps=32)
     )  # interpolations are resolved first
-    run = tmp_path / "run"
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(BASE)))
+    run = write_run(tmp_path, "run", BASE)
     assert run_fingerprint(run) == a  # from the saved file, as `posx report` computes it
     assert run_fingerprint(tmp_path / "no_run", OmegaConf.create(BASE)) == a
     assert run_fingerprint(tmp_path / "no_run") == ""
+
+
+# --- what `auto` resolved to, and the data: recorded in run.json ---------------------------------
+
+
+def test_auto_precision_is_the_one_it_resolved_to():
+    """``precision=auto`` is bf16 on CUDA and fp32 on the CPU: a run on each is not one
+    experiment, where it ran is (when its precision was the same)."""
+    gpu, cpu = changed(train__device="cuda"), changed(train__device="cpu")
+    assert config_fingerprint(gpu) != config_fingerprint(cpu)
+    assert identity_config(gpu)["train.precision"] == "bf16"
+    assert identity_config(cpu)["train.precision"] == "fp32"
+    assert identity_config(BASE)["train.precision"] == "auto"  # device auto: not known here
+    assert config_fingerprint(cpu) == config_fingerprint(changed(train__precision="fp32"))
+
+
+def test_a_gpu_bf16_run_and_a_cpu_fp32_run_are_not_averaged(tmp_path):
+    """Same config (train.device=auto, precision=auto), one run on a GPU and one on the CPU:
+    run.json records what auto resolved to, and the report keeps them apart."""
+    runs = {}
+    for seed, (precision, device) in enumerate([("bf16", "cuda"), ("fp32", "cpu")]):
+        info = {"run": f"s{seed}", "encoding": "rope", "task": "copy", "model": "tiny",
+                "seed": seed, "train_length": 16, "train_precision": precision,
+                "eval_precision": precision}  # fmt: skip
+        run = write_run(tmp_path / "runs", f"s{seed}", changed(seed=seed), info)
+        row = {**info, "overrides": "", "eval_length": 16, "mode": "full", "window": 16,
+               "stride": 16, "status": "ok", "reason": "", "loss": 1.0 + seed,
+               "device": device, "precision": precision}  # fmt: skip
+        pd.DataFrame([row]).to_csv(run / "eval.csv", index=False)
+        runs[precision] = run
+    assert saved_config(runs["bf16"]).train.precision == "bf16"
+    assert saved_config(runs["fp32"]).eval.precision == "fp32"
+    assert run_fingerprint(runs["bf16"]) != run_fingerprint(runs["fp32"])
+    (table,) = make_report(tmp_path, metric="loss").tables
+    assert len(table.rows) == 2 and all(n == 1 for n in table.n.values())
+    assert any("precision=bf16" in row for row in table.rows), table.rows
+
+
+TEXT = {"corpus": "c.txt", "corpus_bytes": 9998, "corpus_crc32": 3968216753, "val_bytes": 500,
+        "tokenizer": "byte", "length_mapping": "length = bytes of context"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"corpus_crc32": 1}, {"corpus_bytes": 9999}, {"val_bytes": 499}, {"tokenizer_sha256": "ab"}],
+)
+def test_the_data_a_run_read_is_in_its_identity(tmp_path, change):
+    """The same ``task.corpus`` can hold other text (``stdlib`` is the running Python's, a file
+    or a dataset can change): the checksums run.json records tell the runs apart."""
+    same = run_fingerprint(write_run(tmp_path, "a", BASE, {"task_info": TEXT}))
+    assert run_fingerprint(write_run(tmp_path, "b", BASE, {"task_info": TEXT})) == same
+    other = write_run(tmp_path, "c", BASE, {"task_info": {**TEXT, **change}})
+    assert run_fingerprint(other) != same
+    assert saved_config(other).data == {
+        **{k: TEXT[k] for k in TEXT if k.endswith(("crc32", "bytes"))},
+        **change,
+    }
+    # what only describes the data (its name, the length mapping) is not more identity
+    relabelled = write_run(tmp_path, "d", BASE, {"task_info": {**TEXT, "length_mapping": "x"}})
+    assert run_fingerprint(relabelled) == same
+
+
+def test_a_run_that_recorded_nothing_keeps_its_fingerprint(tmp_path):
+    """Runs from before these records (no run.json facts) group as before: only their config."""
+    old = write_run(tmp_path, "old", BASE, {"run": "old", "fingerprint": "917f7eede82b"})
+    assert run_fingerprint(old) == config_fingerprint(BASE)
+    assert "data" not in saved_config(old)

@@ -128,3 +128,17 @@ def test_eval_time_overrides_are_the_users_own():
         "eval-time overrides: encoding _target_ 'mypkg.enc.Mine' is not posx code; if you trust "
         "it, pass --trust mypkg.enc.Mine or set POSX_TRUST=mypkg.enc.Mine"
     )
+
+
+def test_a_run_from_before_needs_trust_is_not_called_edited():
+    """A run trained before run.json recorded ``needs_trust`` records nothing: the message says
+    so and what to do, instead of asking whether the config was edited."""
+    cfg = OmegaConf.create({"encoding": {"_target_": "mypkg.enc.Mine"}})
+    with pytest.raises(ConfigError) as err:
+        check_trusted(cfg, (), "RUN/.hydra/config.yaml", recorded=[], unrecorded=True)
+    text = str(err.value)
+    assert "edited" not in text and "\n" not in text
+    assert "trained before posx recorded what a run needs trusted" in text, text
+    assert "pass --trust mypkg.enc.Mine" in text and "POSX_TRUST=mypkg.enc.Mine" in text
+    with pytest.raises(ConfigError, match=r"did not record it \(was the config edited\?\)"):
+        check_trusted(cfg, (), "RUN/.hydra/config.yaml", recorded=[])  # it recorded: none

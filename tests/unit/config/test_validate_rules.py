@@ -52,9 +52,13 @@ def test_check_loadable_checks_trust_then_identity_naming_the_source(monkeypatch
     info = {"needs_trust": ["mypkg"]}
     saved.check_loadable(run, cfg, run / ".hydra/config.yaml", ("x",), info)
     saved.check_loadable(run, cfg, run / ".hydra/overrides.yaml", (), {}, composed=True)
+    old = {"run": "r", "seed": 0}  # run.json of a run trained before needs_trust existed
+    saved.check_loadable(run, cfg, run / ".hydra/config.yaml", (), old)
     assert calls == [
-        ("trust", cfg, ("x",), "RUN/.hydra/config.yaml", ["mypkg"]),
+        ("trust", cfg, ("x",), "RUN/.hydra/config.yaml", ["mypkg"], False),
         ("identity", run, cfg, "RUN/.hydra/config.yaml"),
-        ("trust", cfg, (), "RUN/.hydra/overrides.yaml", []),
+        ("trust", cfg, (), "RUN/.hydra/overrides.yaml", [], False),
         ("identity", run, cfg, "RUN/.hydra/overrides.yaml (composed with posx's configs)"),
+        ("trust", cfg, (), "RUN/.hydra/config.yaml", [], True),
+        ("identity", run, cfg, "RUN/.hydra/config.yaml"),
     ]

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
+from posx.config.compose import compose
+from posx.config.fingerprint import run_fingerprint
 from posx.errors import Interrupted, PosxError
 from posx.runtime.distributed import World
-from posx.training.record import RunRecord
+from posx.training.record import RunRecord, run_meta
 
 META = {"run": "r", "parameters": 3}
 
@@ -57,3 +60,30 @@ def test_only_rank_0_writes(tmp_path, method):
     args = {"training": (None,), "failed": ("x", 1), "interrupted": (1,), "trained": ({},)}
     getattr(record, method)(*args[method])
     assert not (tmp_path / "run.json").exists()
+
+
+NAMES = {"encoding": "rope", "task": "copy", "model": "tiny"}
+
+
+@pytest.mark.parametrize(("device", "resolved"), [("cuda", "bf16"), ("cpu", "fp32")])
+def test_run_meta_records_what_auto_precision_resolved_to(tmp_path, device, resolved):
+    """The CUDA branch of ``precision=auto`` runs here on the CPU: only the device object says
+    cuda. What it resolves to is recorded and is part of the fingerprint."""
+    cfg = compose(["task=copy", "train.length=16"])
+    meta = run_meta(cfg, tmp_path, NAMES, {}, torch.device(device))
+    assert (meta["train_precision"], meta["eval_precision"]) == (resolved, resolved)
+    assert meta["fingerprint"] == run_fingerprint(tmp_path, cfg, meta)
+    explicit = compose(["task=copy", "train.length=16", "eval.precision=fp16"])
+    assert run_meta(explicit, tmp_path, NAMES, {}, torch.device(device))["eval_precision"] == "fp16"
+
+
+def test_a_cuda_run_and_a_cpu_run_of_one_config_have_different_fingerprints(tmp_path):
+    cfg = compose(["task=copy", "train.length=16"])
+    gpu = run_meta(cfg, tmp_path, NAMES, {}, torch.device("cuda", 0))
+    cpu = run_meta(cfg, tmp_path, NAMES, {}, torch.device("cpu"))
+    assert gpu["fingerprint"] != cpu["fingerprint"]
+    fp32 = compose(["task=copy", "train.length=16", "train.precision=fp32", "eval.precision=fp32"])
+    same = [
+        run_meta(fp32, tmp_path, NAMES, {}, torch.device(d))["fingerprint"] for d in ("cuda", "cpu")
+    ]
+    assert same[0] == same[1]  # where it ran is not the experiment; the precision is

@@ -4,6 +4,7 @@ scaling type (issue 17)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from posx.config.compose import CONFIG_DIR, compose
+from posx.config.fingerprint import run_fingerprint
 from posx.evaluation.sweep import evaluate_run
 from posx.training.loop import train
 
@@ -91,3 +93,13 @@ def test_compiled_training_matches_eager(encoding: str, tmp_path: Path):
     eager = train(compose(base), tmp_path / "eager", NAMES)
     compiled = train(compose([*base, "train.compile=true"]), tmp_path / "compiled", NAMES)
     assert compiled.summary["final_loss"] == pytest.approx(eager.summary["final_loss"], abs=1e-3)
+
+
+def test_run_json_records_the_precision_auto_resolved_to(tmp_path: Path):
+    """On the CPU ``auto`` is fp32 for training and evaluation; run.json says so, and its
+    fingerprint is the one a report computes from the run directory."""
+    cfg = compose([*TINY, "encoding=rope", "eval.lengths=[16]", "eval.tokens=64"])
+    train(cfg, tmp_path, NAMES)
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert (info["train_precision"], info["eval_precision"]) == ("fp32", "fp32")
+    assert info["fingerprint"] == run_fingerprint(tmp_path, cfg)
