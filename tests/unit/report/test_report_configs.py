@@ -156,10 +156,12 @@ def test_a_table_says_which_settings_its_rows_differ_in(tmp_path):
 
 
 def test_bookkeeping_keys_do_not_split_a_configuration(tmp_path):
-    write_run(tmp_path, "a", config(seed=0, **{"train.device": "cpu"}), {8: 1.0})
-    write_run(
-        tmp_path, "b", config(seed=1, **{"train.device": "cuda", "eval.lengths": [8]}), {8: 2.0}
-    )
+    # Where a run ran is not the experiment, once its precision is the same (with
+    # precision=auto a CUDA run is bf16 and a CPU run fp32: two configurations, issue 30).
+    fp32 = {"train.precision": "fp32", "eval.precision": "fp32"}
+    write_run(tmp_path, "a", config(seed=0, **{"train.device": "cpu", **fp32}), {8: 1.0})
+    cuda = {"train.device": "cuda", "eval.lengths": [8], **fp32}
+    write_run(tmp_path, "b", config(seed=1, **cuda), {8: 2.0})
     (table,) = make_report(tmp_path, metric="loss").tables
     assert table.rows == ["rope"] and table.n["rope"] == 2 and not table.remarks
 
@@ -212,3 +214,62 @@ def test_cli_report_passes_where_and_by_and_prints_duplicate_warnings(tmp_path, 
     assert out.returncode == 0, out.stderr
     assert "train.steps=300" in out.stdout and "train.steps=1000" not in out.stdout
     assert "posx: warning:" in out.stderr and "rope_300b" in out.stderr
+
+
+# --- issue 35, item 14: which configuration a row comes from ----------------------------------
+
+YARN = "encoding.scaling.factor=4 encoding.scaling.type=yarn"
+
+
+def add_variant(run: Path, overrides: str, losses: dict[int, float]) -> None:
+    """Eval-time variant rows (``overrides``) appended to ``run``'s eval.csv, as posx eval
+    writes them."""
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False, na_values=[""])
+    extra = [rows.iloc[0].to_dict() | {"overrides": overrides, "eval_length": length,
+                                       "window": length, "stride": length, "loss": loss}
+             for length, loss in losses.items()]  # fmt: skip
+    pd.concat([rows, pd.DataFrame(extra)]).to_csv(run / "eval.csv", index=False)
+
+
+def configs_table(page: str) -> list[dict[str, str]]:
+    """The HTML page's configurations table as one {header: cell text} per row."""
+    from tests.unit.report.test_report_html import parse
+
+    (section,) = [t for t in parse(page).find_all("table") if t.attrs.get("class") == "configs"]
+    header = [th.all_text() for th in section.find_all("th")]
+    return [
+        dict(zip(header, [td.all_text() for td in tr.find_all("td")], strict=True))
+        for tr in section.find_all("tbody")[0].find_all("tr")
+    ]
+
+
+def test_a_variant_row_names_its_base_configuration_when_two_share_its_encoding(tmp_path):
+    # rope trained for 1000 and for 300 steps; only the 1000-step run was evaluated with YaRN.
+    # The variant row's label used to be plain `rope+yarn×4`: which rope was scaled?
+    run = write_run(tmp_path, "rope_1000", config(**{"train.steps": 1000}), {8: 1.0, 16: 2.0})
+    write_run(tmp_path, "rope_300", config(**{"train.steps": 300}), {8: 1.5, 16: 3.5})
+    add_variant(run, YARN, {8: 1.0, 16: 1.4})
+    (table,) = make_report(tmp_path, metric="loss", variants=["all"]).tables
+    assert sorted(table.rows) == [
+        "rope · train.steps=1000",
+        "rope · train.steps=300",
+        "rope+yarn×4 · train.steps=1000",
+    ]
+    assert table.cell("rope+yarn×4 · train.steps=1000", 16).mean == 1.4
+
+
+def test_configurations_table_says_how_configurations_with_one_label_differ(tmp_path):
+    # rope trained at two lengths: two tables, each with a row `rope`; the configurations list
+    # showed `rope` twice with nothing to tell the two apart.
+    short = write_run(tmp_path, "rope_L8", config(**{"train.length": 8}), {8: 1.0, 16: 2.0})
+    write_run(tmp_path, "rope_L16", config(**{"train.length": 16}), {16: 1.1, 32: 2.1})
+    write_run(tmp_path, "alibi_L8", config("alibi", **{"train.length": 8}), {8: 1.2, 16: 1.3})
+    add_variant(short, YARN, {8: 1.0, 16: 1.5})
+    report = make_report(tmp_path, metric="loss", variants=["all"])
+    rows = configs_table(render(report, "html"))
+    differs = [h for h in rows[0] if h.startswith("differs")]
+    assert differs, list(rows[0])
+    rope = sorted((r[differs[0]], r["rows"]) for r in rows if "rope" in r["rows"])
+    assert rope == [("train.length=16", "rope"), ("train.length=8", "rope, rope+yarn×4")]
+    (alibi,) = [r for r in rows if r["rows"] == "alibi"]
+    assert alibi[differs[0]] == ""  # its label is unique: nothing to tell apart
