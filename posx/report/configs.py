@@ -8,7 +8,9 @@ run's ``.hydra/config.yaml``, else the ``fingerprint`` column it was written wit
   both), so no seed is counted twice;
 - keep rows apart that share a label but not a configuration (their labels name the keys that
   differ) and say under a table which settings its rows differ in beyond what it groups by;
-- group (``--by train.steps``) and filter (``--where model.d_model=128``) by any config key.
+- group (``--by train.steps``) and filter (``--where model.d_model=128``) by any config key;
+- say, in the list of configurations, how two configurations that show a row of the same name
+  differ (``distinguishing``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,6 +180,42 @@ def show(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
+
+
+def _brief(key: str, value: Any) -> str:
+    """A value for a narrow cell: a ``_target_`` by its class name alone."""
+    text = show(value)
+    return text.rsplit(".", 1)[-1] if key.endswith("_target_") else text
+
+
+def distinguishing(
+    identities: Mapping[str, Mapping[str, Scalar]], labels: Mapping[str, Sequence[str]]
+) -> dict[str, str]:
+    """Per configuration (fingerprint), the settings that tell it apart from the others that
+    show a row of the same name (``rope`` trained at two lengths: ``train.length=8``); ``""``
+    for one whose rows no other configuration shares, or whose config is not saved.
+
+    Args:
+        identities: Fingerprint -> the identity keys of its saved config (may be empty).
+        labels: Fingerprint -> the row labels its runs show.
+    """
+    out = {}
+    for fp, ident in identities.items():
+        names = set(labels.get(fp, ()))
+        peers = [
+            other
+            for q, other in identities.items()
+            if q != fp and other and names & set(labels.get(q, ()))
+        ]
+        if not ident or not peers:
+            out[fp] = ""
+            continue
+        group = [ident, *peers]
+        keys = sorted(k for k in set().union(*group) if len({show(g.get(k)) for g in group}) > 1)
+        shown = [f"{k}={_brief(k, ident.get(k))}" for k in keys[:MAX_LABEL_KEYS]]
+        more = len(keys) - MAX_LABEL_KEYS
+        out[fp] = " · ".join(shown) + (f" and {more} more" if more > 0 else "")
+    return out
 
 
 def _same(value: Any, wanted: str) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from posx.report.configs import distinguishing, read_run_config
 from posx.report.export import _rank_cells, legend, rank_title
 from posx.report.plots import slug
 from posx.report.provenance import Provenance, link
@@ -107,7 +108,18 @@ def _header(p: Provenance) -> str:
     return '<header class="provenance">' + "".join(f"<span>{x}</span>" for x in parts) + "</header>"
 
 
+def _differs(p: Provenance) -> dict[str, str]:
+    """Per fingerprint, the settings that tell it from configs sharing a row name."""
+    identities = {
+        c.fingerprint: read_run_config(c.runs[0][2].parent.parent).identity
+        for c in p.configs
+        if c.fingerprint and c.runs
+    }
+    return distinguishing(identities, {c.fingerprint: c.labels for c in p.configs})
+
+
 def _configs(p: Provenance, base: Path | None) -> list[str]:
+    differs = _differs(p)
     rows = []
     for c in p.configs:
         seeds = [seed for _, seed, _ in c.runs]
@@ -118,13 +130,14 @@ def _configs(p: Provenance, base: Path | None) -> list[str]:
             for run, seed, path in c.runs
         )
         name = f"<code>{escape(c.fingerprint)}</code>" if c.fingerprint else "no saved config"
-        rows.append(
-            f"<tr><td>{name}</td><td>{escape(', '.join(c.labels))}</td><td>{runs}</td></tr>"
-        )
+        cells = [escape(", ".join(c.labels)), escape(differs.get(c.fingerprint, "")), runs]
+        rows.append(f"<tr><td>{name}</td>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
     return [
         '<h2 id="configs">Configurations (one per config fingerprint; links open each run\'s '
         "<code>.hydra/config.yaml</code>)</h2>",
-        _table(["config", "rows", "runs"], rows, cls="configs"),
+        _table(["config", "rows", "differs in", "runs"], rows, cls="configs"),
+        '<p class="notes">differs in: the settings that tell a configuration from the other '
+        "configurations with a row of the same name (<code>rope</code> in two tables, say)</p>",
     ]
 
 

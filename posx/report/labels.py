@@ -2,8 +2,10 @@
 
 A row is a variant (an encoding, maybe with eval-time overrides) plus the ``--by`` values. Runs
 with the same label but different configurations (``rope`` trained for 300 and for 1000 steps)
-are never merged: their labels name the keys that differ (``rope · train.steps=300``), and the
-table gets a remark listing every setting its rows differ in that the user did not group by.
+are never merged: their labels name the keys that differ (``rope · train.steps=300``), and so do
+their eval-time variants' (``rope+yarn×4 · train.steps=300``), even when only one of them was
+evaluated with the variant; the table gets a remark listing every setting its rows differ in
+that the user did not group by.
 """
 
 from __future__ import annotations
@@ -133,6 +135,12 @@ def label_rows(frame: pd.DataFrame, by: Sequence[str] = ()) -> tuple[pd.DataFram
         base = base + " · " + _by_text(frame, key)
     base = _with_protocol(frame, base, by)
     frame["label"] = base
+    # A variant (rope+yarn×4) belongs to its run's configuration: its encoding's rows are told
+    # apart together, so the variant names the same keys as its base row (train.steps=300).
+    family = frame["encoding"].astype(str) + pd.Series(
+        [b[len(v) :] for b, v in zip(base, frame["variant"].astype(str), strict=True)],
+        index=frame.index,
+    )
     if "fingerprint" not in frame:
         return frame, {}
     cols = [c for c in frame.columns if c.startswith(PREFIX)]
@@ -144,7 +152,7 @@ def label_rows(frame: pd.DataFrame, by: Sequence[str] = ()) -> tuple[pd.DataFram
         known = part[part["fingerprint"] != ""]
         idents = known.drop_duplicates("fingerprint").set_index("fingerprint")[cols]
         idents.columns = [c.removeprefix(PREFIX) for c in cols]
-        for _, same in part.groupby(base.loc[part.index], sort=False):
+        for _, same in part.groupby(family.loc[part.index], sort=False):
             prints = list(dict.fromkeys(same["fingerprint"]))
             if len(prints) < 2:
                 continue

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from posx.report.labels import table_keys
+from posx.report.plot_positions import longest_buckets, positions_figure
 from posx.report.plot_style import row_colors
 from posx.report.plots import (
     Figures,
     heatmap_figure,
     length_figure,
-    longest_buckets,
-    positions_figure,
     slug,
     training_figure,
     training_key,

@@ -1,5 +1,6 @@
 """How the plots look: one colour per row (encodings keep theirs from report to report, each
-variant gets its own), axes that suit the metric, titles that fit, integer length ticks.
+variant gets its own), axes that suit the metric, titles and labels that fit, integer length
+ticks, legends that never cover the data.
 
 Only :mod:`posx.report.plots` draws; this module holds the choices, so they read in one place.
 """
@@ -26,7 +27,8 @@ KNOWN = [
 ]  # fmt: skip
 STYLES = ["-", "--", ":", "-."]
 # Characters of title per inch of figure width at the title's font size (9 pt: ~11/inch).
-CHARS_PER_INCH = {9: 11.5, 8: 13.0}
+CHARS_PER_INCH = {9: 11.5, 8: 13.0, 7: 15.0}
+RULE = "rule"  # gid of lines that span the axes (the training length): no data under them
 
 
 def encoding_colors(names: Iterable[str]) -> dict[str, str]:
@@ -100,6 +102,57 @@ def fit_title(ax: Any, text: str, width_in: float, fontsize: int = 9) -> None:
     """Sets a title wrapped to the figure's width, so no part of it is clipped."""
     chars = max(20, int(width_in * CHARS_PER_INCH.get(fontsize, 11.5)))
     ax.set_title(textwrap.fill(text, chars, break_on_hyphens=False), fontsize=fontsize)
+
+
+def fit_label(text: str, length_in: float, fontsize: int = 8) -> str:
+    """``text`` wrapped to lines of at most ``length_in`` inches (a colour bar's label runs along
+    the bar: one line longer than the figure is clipped at its edge). A label that needs two
+    lines breaks before its unit first: ``exact_match`` / ``[fraction of sequences]``."""
+    chars = max(8, int(length_in * CHARS_PER_INCH.get(fontsize, 13.0)))
+    if len(text) <= chars:
+        return text
+    name, bracket, rest = text.partition(" [")
+    parts = [name, f"[{rest}"] if bracket else [text]
+    return "\n".join(textwrap.fill(part, chars, break_on_hyphens=False) for part in parts)
+
+
+def place_legend(ax: Any, fontsize: int = 7) -> None:
+    """The legend inside the axes where it covers no plotted point or line (matplotlib's
+    ``best``), else below the plot, in as many columns as the figure's width holds."""
+    legend = ax.legend(fontsize=fontsize, loc="best")
+    fig = ax.get_figure()
+    fig.draw_without_rendering()  # the layout places the axes and the legend
+    box = legend.get_window_extent()
+    if not _covers(box, _data_points(ax)):
+        return
+    legend.remove()
+    handles, labels = ax.get_legend_handles_labels()
+    ncols = max(1, min(len(labels), int(0.95 * fig.bbox.width // max(box.width, 1.0))))
+    rows = math.ceil(len(labels) / ncols)
+    # Keep the plot's own height: the legend's rows are added below it (7 pt: ~0.16 in a row).
+    fig.set_figheight(fig.get_figheight() + 0.16 * rows + 0.1)
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=fontsize)
+
+
+def _data_points(ax: Any) -> Any:
+    """Display coordinates of every drawn line's points and of points along its segments."""
+    import numpy as np
+
+    out = [np.empty((0, 2))]
+    for line in ax.lines:
+        if line.get_gid() == RULE or not len(line.get_xydata()):
+            continue
+        xy = line.get_transform().transform(line.get_xydata())
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        steps = np.linspace(0.0, 1.0, 25)[:, None]
+        out += [xy, *(a + steps * (b - a) for a, b in zip(xy[:-1], xy[1:], strict=True))]
+    return np.concatenate(out)
+
+
+def _covers(box: Any, points: Any) -> bool:
+    """Whether display-space box ``box`` holds any of ``points`` (``[n, 2]``)."""
+    x, y = points[:, 0], points[:, 1]
+    return bool(((box.x0 <= x) & (x <= box.x1) & (box.y0 <= y) & (y <= box.y1)).any())
 
 
 def log2_positions(ax: Any, largest: float) -> None:

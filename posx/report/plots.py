@@ -1,6 +1,7 @@
-"""Figures (matplotlib, Agg canvas, no display): metric vs eval length, per-position loss,
-encodings x lengths heatmap, training curves. Each row keeps one colour in every figure
-(:mod:`posx.report.plot_style`); a plot that would be empty is left out with its reason.
+"""Figures (matplotlib, Agg canvas, no display): metric vs eval length, encodings x lengths
+heatmap, training curves (the per-position plot is :mod:`posx.report.plot_positions`). Each row
+keeps one colour in every figure (:mod:`posx.report.plot_style`); a plot that would be empty is
+left out with its reason.
 
 matplotlib is the optional ``plots`` extra, imported only when a figure is drawn.
 """
@@ -19,11 +20,13 @@ import pandas as pd
 from posx.errors import PosxError
 from posx.report.data import lower_is_better
 from posx.report.plot_style import (
+    RULE,
+    fit_label,
     fit_title,
     fraction_axis,
     integer_axis,
     line_styles,
-    log2_positions,
+    place_legend,
     value_limits,
 )
 from posx.report.tables import WideTable, row_label, title
@@ -32,7 +35,7 @@ from posx.report.units import metric_label, unit
 Figures = list[tuple[str, Any]]
 
 
-def _figure(width: float = 6.4, height: float = 4.0) -> Any:
+def figure(width: float = 6.4, height: float = 4.0) -> Any:
     """A Figure bound to the Agg canvas (never pyplot, so no display or global state)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -52,9 +55,11 @@ def _log2_lengths(ax: Any, lengths: Sequence[int]) -> None:
     ax.minorticks_off()
 
 
-def _train_lines(ax: Any, lengths: Iterable[int]) -> None:
+def train_lines(ax: Any, lengths: Iterable[int], label: bool = True) -> None:
+    """A dotted rule at each training length (the first one labelled, when ``label``)."""
     for i, length in enumerate(sorted(set(lengths))):
-        ax.axvline(length, color="0.4", ls=":", lw=1, label="training length" if i == 0 else None)
+        name = "training length" if i == 0 and label else None
+        ax.axvline(length, color="0.4", ls=":", lw=1, label=name, gid=RULE)
 
 
 WIDTH, HEIGHT = 6.4, 4.0  # inches; the HTML page scales them to its column
@@ -62,7 +67,7 @@ WIDTH, HEIGHT = 6.4, 4.0  # inches; the HTML page scales them to its column
 
 def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
     """Metric vs eval length (log2 axis), one line per row, band = mean ± std over seeds."""
-    fig = _figure(WIDTH, HEIGHT)
+    fig = figure(WIDTH, HEIGHT)
     ax = fig.add_subplot()
     styles = line_styles(t.rows, t.encodings)
     for row in t.rows:
@@ -90,32 +95,35 @@ def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
         if missing:  # mark where the encoding could not run, on the axis edge
             ax.plot(missing, [0.02] * len(missing), "x", color=color, ms=7,
                     transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
-    _train_lines(ax, t.train_lengths.values())
+    train_lines(ax, t.train_lengths.values())
     _log2_lengths(ax, t.lengths)
     fraction_axis(ax, t.metric)
     ax.set_xlabel("eval length (tokens)")
     ax.set_ylabel(metric_label(t.metric))
     fit_title(ax, title(t.meta), WIDTH)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    place_legend(ax)
     return fig
 
 
 def heatmap_figure(t: WideTable, colors: dict[str, str]) -> Any:
-    """Rows x eval lengths coloured by the mean (better = darker); cells with no value hatched.
+    """Rows x eval lengths coloured by the mean, the best cells brightest (viridis' yellow draws
+    the eye), whichever way the metric is better; cells with no value hatched.
 
     Fractions (accuracy, exact match) are coloured on [0, 1], so a table of zeros reads as 0.
     """
     width = max(4.0, 1.6 + 0.9 * len(t.lengths) + 0.06 * max(len(r) for r in t.rows))
-    fig = _figure(width, 1.4 + 0.4 * len(t.rows))
+    height = 1.4 + 0.4 * max(len(t.rows), 4)  # room for the colour bar's label
+    fig = figure(width, height)
     ax = fig.add_subplot()
     values = [
         [t.cell(r, x).mean if t.cell(r, x).n else math.nan for x in t.lengths] for r in t.rows
     ]
-    cmap = "viridis" if lower_is_better(t.metric.split("/")[0]) else "viridis_r"
+    # viridis runs dark -> bright: reversed for a lower-is-better metric, so low = bright.
+    cmap = "viridis_r" if lower_is_better(t.metric.split("/")[0]) else "viridis"
     vmin, vmax = value_limits(t.metric) or (None, None)
     image = ax.imshow(values, cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
-    ax.set_facecolor("0.85")
+    ax.set_facecolor("white")  # no value: blank and hatched, never a bright "good" colour
     for i, row in enumerate(t.rows):
         for j, length in enumerate(t.lengths):
             cell = t.cell(row, length)
@@ -133,7 +141,9 @@ def heatmap_figure(t: WideTable, colors: dict[str, str]) -> Any:
         tick.set_color(colors[row])
     ax.set_xlabel("eval length (tokens)")
     fit_title(ax, title(t.meta), width, fontsize=8)
-    fig.colorbar(image, ax=ax, label=metric_label(t.metric))
+    bar = fig.colorbar(image, ax=ax)
+    # Along the bar, the label has the plot's height less the title and the length axis.
+    bar.set_label(fit_label(metric_label(t.metric), height - 1.1), fontsize=8)
     return fig
 
 
@@ -143,66 +153,9 @@ def _hatch(x: float, y: float) -> Any:
     return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="//", ec="0.6", lw=0)
 
 
-def longest_buckets(part: pd.DataFrame) -> pd.DataFrame:
-    """Each row's buckets at its longest eval length, with a ``row`` column."""
-    part = part.copy()
-    if "value" not in part:  # rows without a table behind them: plot the loss
-        part = part.assign(value=part["loss"], metric="loss", table_metric="loss")
-    part["row"] = part["label"] if "label" in part else part["variant"]
-    longest = part.groupby("row")["eval_length"].transform("max")
-    return part[part["eval_length"] == longest]
-
-
-def positions_figure(
-    meta: dict[str, Any], part: pd.DataFrame, by: Sequence[str], colors: dict[str, str]
-) -> Any:
-    """The table's metric per position bucket (``plots_data.position_values``), mean ± std
-    over seeds, each row at its longest eval length.
-
-    Causal attention makes position p's loss depend on tokens 0..p only, so a row that stops
-    at a shorter length (unsupported beyond it) still shows the positions it reached.
-    """
-    part = longest_buckets(part)
-    lengths = sorted(set(part["eval_length"]))
-    at = f"L={lengths[0]}" if len(lengths) == 1 else "each row's longest eval length"
-    encodings = dict(zip(part["row"], part["encoding"], strict=True))
-    rows = sorted(encodings)
-    styles = line_styles(rows, encodings)
-    fig = _figure(WIDTH, HEIGHT)
-    ax = fig.add_subplot()
-    for row in rows:
-        runs = part[part["row"] == row]
-        stats = runs.groupby(["bucket_start", "bucket_end"])["value"].agg(["mean", "std", "count"])
-        stats = stats.reset_index().sort_values("bucket_start")
-        mid = (stats["bucket_start"] + stats["bucket_end"]) / 2
-        color = colors[row]
-        ax.plot(mid, stats["mean"], color=color, ls=styles[row], marker="o", ms=3, label=row)
-        if (stats["count"] > 1).any():
-            std = stats["std"].fillna(0)
-            ax.fill_between(
-                mid, stats["mean"] - std, stats["mean"] + std, color=color, alpha=0.18, lw=0
-            )
-    _train_lines(ax, part["train_length"])
-    widths = part["bucket_end"] - part["bucket_start"]
-    if widths.nunique() > 2:  # power-of-two buckets (eval.buckets=log): equal room per bucket
-        log2_positions(ax, float(part["bucket_end"].max()))
-    else:
-        integer_axis(ax.xaxis)
-    drawn = "/".join(sorted(set(part["metric"])))
-    shown = "/".join(sorted(set(part["table_metric"])))
-    fraction_axis(ax, drawn)
-    ax.set_xlabel("position (tokens)")
-    ax.set_ylabel(metric_label(drawn))
-    note = "" if drawn == shown else f" ({shown} has no per-position value)"
-    fit_title(ax, f"{title({**meta, 'metric': drawn})} · per position at {at}{note}", WIDTH)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
-
-
 def training_figure(meta: dict[str, Any], part: pd.DataFrame, colors: dict[str, str]) -> Any:
     """Training loss vs step, one line per row label, band = ± std over seeds."""
-    fig = _figure(WIDTH, HEIGHT)
+    fig = figure(WIDTH, HEIGHT)
     ax = fig.add_subplot()
     for row, runs in sorted(part.groupby(training_key(part)), key=lambda kv: str(kv[0])):
         stats = runs.groupby("step")["loss"].agg(["mean", "std", "count"]).reset_index()
@@ -225,7 +178,7 @@ def training_figure(meta: dict[str, Any], part: pd.DataFrame, colors: dict[str, 
     text = f"{meta['task']} · model {meta['model']} · trained at {meta['train_length']} tokens"
     fit_title(ax, f"training loss · {text}", WIDTH)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    place_legend(ax)
     return fig
 
 

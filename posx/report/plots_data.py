@@ -1,4 +1,5 @@
-"""What the plots draw, in the tables' terms: row labels and the tables' metric per position.
+"""What the plots draw, in the tables' terms: row labels, the tables' metric per position, and
+each position bucket's band for the noise (``bucket_stats``).
 
 ``eval_positions.csv`` records loss (nats/token) and token accuracy per position bucket. A plot
 under a table in bits per byte shows bits per byte per position (the loss times the run's own
@@ -78,3 +79,47 @@ def position_values(
         factors = pd.Series(factor, index=ekey).groupby(level=0).first()
         positions.loc[bpb, "value"] = loss[bpb] * key[bpb].map(factors)
     return positions
+
+
+Z = 2.0  # a band's half-width in standard errors (about 95% for a mean of many tokens or seeds)
+
+
+def wilson(p: pd.Series, n: pd.Series, z: float = Z) -> tuple[pd.Series, pd.Series]:
+    """The Wilson score interval of fractions ``p`` of ``n`` trials: unlike ± z standard errors
+    it stays inside [0, 1] and does not shrink to nothing at 0 or 1 with few trials."""
+    denom = 1 + z**2 / n
+    centre = (p + z**2 / (2 * n)) / denom
+    half = z * ((p * (1 - p) / n + z**2 / (4 * n**2)) ** 0.5) / denom
+    return centre - half, centre + half
+
+
+def bucket_stats(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row's buckets with their mean over the row's runs and a band for the noise.
+
+    Columns: ``bucket_start``, ``bucket_end``, ``mid``, ``mean``, ``std``, ``runs``, ``tokens``
+    (scored tokens per run) and the band ``low``..``high`` of kind ``band``:
+
+    - ``seeds``: several runs: the mean ± 2 standard errors over the runs;
+    - ``tokens``: one run's token accuracy: the Wilson interval (z = 2) from the bucket's
+      scored tokens, taken as independent (tokens of one sequence are not, so the noise is at
+      least this);
+    - ``none``: one run's loss, bits per byte or perplexity: ``eval_positions.csv`` records
+      each bucket's mean and token count, not the spread of its tokens' losses, so no band.
+    """
+    group = runs.groupby(["bucket_start", "bucket_end"])
+    stats = group["value"].agg(["mean", "std", "count"])
+    stats["tokens"] = group["tokens"].mean() if "tokens" in runs else math.nan
+    stats = stats.reset_index().sort_values("bucket_start", ignore_index=True)
+    stats["mid"] = (stats["bucket_start"] + stats["bucket_end"]) / 2
+    stats = stats.rename(columns={"count": "runs"})
+    half = Z * stats["std"] / stats["runs"].pow(0.5)
+    several = stats["runs"] > 1
+    stats["low"] = (stats["mean"] - half).where(several)
+    stats["high"] = (stats["mean"] + half).where(several)
+    stats["band"] = several.map({True: "seeds", False: "none"})
+    if (runs["metric"] == "acc").all():
+        low, high = wilson(stats["mean"], stats["tokens"])
+        one = ~several & stats["tokens"].gt(0)
+        stats.loc[one, "low"], stats.loc[one, "high"] = low[one], high[one]
+        stats.loc[one, "band"] = "tokens"
+    return stats
