@@ -1,20 +1,38 @@
-"""Verdicts as a table: on the terminal (rich), in Markdown, and as a report section (HTML)."""
+"""Verdicts as a table: on the terminal (rich), in Markdown, as a report section (HTML), and as
+JSON records for scripts.
+
+On a terminal too narrow for the table's eight columns (an 80-column one) each claim is a block
+of labelled lines instead, so that no claim id is split across lines (:class:`ClaimsView`).
+"""
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from posx.claims.verdict import FAILS, HOLDS, LEVEL, MIN_SEEDS, Verdict
+from posx.claims.verdict import FAILS, HOLDS, INCONCLUSIVE, LEVEL, MIN_SEEDS, Verdict
 from posx.report.export import section_markdown
 from posx.report.tables import Section
 
 HEADER = ["", "claim", "statement", "measured (mean ± std)", "n", "seed agreement", "paper",
           "why"]  # fmt: skip
 COLOURS = {HOLDS: "green", FAILS: "red"}
+# Columns that never wrap on the terminal: the verdict, the claim id (an id split over lines
+# reads as another id) and the seed count. The others wrap, each given at least WRAP_MIN
+# columns (or its longest word) before the table is preferred to one block per claim.
+NO_WRAP = (0, 1, 4)
+WRAP_MIN = 16
+# The labels of a claim's lines in the narrow layout, by table column (the verdict and the id
+# share the block's first line).
+BLOCK_LABELS = {2: "statement", 3: "measured", 4: "seeds", 5: "seed agreement", 6: "paper",
+                7: "why"}  # fmt: skip
 
 
 def _number(value: float, digits: int) -> str:
@@ -100,13 +118,140 @@ def to_markdown(section: Section) -> str:
     return section_markdown(section)
 
 
-def to_rich(section: Section) -> Table:
+def to_rich(section: Section) -> ClaimsView:
+    """The verdicts for the terminal, each verdict coloured: the table where it fits the
+    console's width, one block per claim where it does not (see :class:`ClaimsView`)."""
+    return ClaimsView(section)
+
+
+class ClaimsView:
+    """A rich renderable that picks its layout when printed, from the width it is given.
+
+    The table needs its unwrapped columns (verdict, claim id, n) whole plus :data:`WRAP_MIN`
+    columns (or the longest word there) for each other one; narrower, each claim is a block:
+    ``? inconclusive  preset/claim`` and then one labelled, wrapped line per column.
+    """
+
+    def __init__(self, section: Section) -> None:
+        self.section = section
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if options.max_width >= table_width(self.section):
+            yield table(self.section)
+        else:
+            yield from blocks(self.section)
+
+
+def table_width(section: Section) -> int:
+    """The fewest terminal columns the verdicts' table takes with every claim id on one line
+    and no word of a wrapping column split.
+
+    Rich narrows the widest wrapping columns first, down to a common width; giving each the
+    widest of their longest words keeps every word whole whatever their contents.
+    """
+    columns = list(zip(section.header, *section.rows, strict=True))
+    fixed = sum(max(map(len, columns[i])) for i in NO_WRAP)
+    words = [len(w) for i, col in enumerate(columns) if i not in NO_WRAP for w in _words(col)]
+    wrapping = len(columns) - len(NO_WRAP)
+    # a box table spends 3 columns per column (a rule and a space each side), plus the last rule
+    return fixed + wrapping * max(WRAP_MIN, *words) + 3 * len(columns) + 1
+
+
+def _words(cells: Sequence[str]) -> Iterator[str]:
+    for cell in cells:
+        yield from cell.split()
+
+
+def table(section: Section) -> Table:
     """The verdicts as a terminal table, each verdict coloured."""
-    table = Table(title=section.title, title_justify="left", caption_justify="left",
-                  caption="\n".join(section.notes), show_lines=True)  # fmt: skip
-    for col in section.header:
-        table.add_column(col, overflow="fold")
+    out = Table(title=section.title, title_justify="left", caption_justify="left",
+                caption="\n".join(section.notes), show_lines=True)  # fmt: skip
+    for i, col in enumerate(section.header):
+        out.add_column(col, overflow="fold", no_wrap=i in NO_WRAP)
     for row in section.rows:
-        kind = row[0].split()[-1]
-        table.add_row(Text(row[0], style=COLOURS.get(kind, "yellow")), *map(Text, row[1:]))
-    return table
+        out.add_row(_verdict(row[0]), *map(Text, row[1:]))
+    return out
+
+
+def _verdict(cell: str) -> Text:
+    """``✓ holds`` in green, ``✗ fails`` in red, ``? inconclusive`` in yellow."""
+    return Text(cell, style=COLOURS.get(cell.split()[-1], "yellow"))
+
+
+def blocks(section: Section) -> Iterator[Text | Padding]:
+    """The verdicts one block per claim: the title, then for each claim its verdict and id on
+    one line and its other columns as labelled lines that wrap under their value, then the
+    notes."""
+    yield Text(section.title, style="bold")
+    for row in section.rows:
+        yield Text()
+        yield Text.assemble(_verdict(row[0]), "  ", (row[1], "bold"))
+        lines = Table.grid(padding=(0, 2))
+        lines.add_column(style="dim", no_wrap=True)
+        lines.add_column(overflow="fold")
+        for i, label in BLOCK_LABELS.items():
+            lines.add_row(label, Text(row[i]))
+        yield Padding(lines, (0, 0, 0, 2))
+    if section.notes:
+        yield Text()
+        yield from (Text(note, style="dim") for note in section.notes)
+
+
+# --- JSON -------------------------------------------------------------------------------------
+
+
+def _finite(value: float) -> float | None:
+    """A value JSON can hold: NaN (nothing measured) is null."""
+    return None if math.isnan(value) else float(value)
+
+
+def claim_record(verdict: Verdict) -> dict[str, Any]:
+    """One verdict as a JSON object: the claim, its verdict and why, what was measured per term
+    (mean, std and the value of each seed) and the seed-level agreement behind it."""
+    claim = verdict.claim
+    statistic = verdict.statistic()
+    return {
+        "id": f"{verdict.experiment}/{claim.id}",
+        "experiment": verdict.experiment,
+        "claim": claim.id,
+        "verdict": verdict.verdict,
+        "statement": claim.statement.text,
+        "metric": verdict.metric or None,
+        "where": verdict.where,
+        "measured": [
+            {
+                "term": m.term,
+                "mean": _finite(m.mean),
+                "std": _finite(m.std),
+                "values": {str(seed): _finite(x) for seed, x in m.seeds.items()},
+            }
+            for m in verdict.measured
+        ],  # fmt: skip
+        "seeds": int(verdict.seeds),
+        "seed_agreement": None if statistic == "—" else statistic,
+        "reason": verdict.reason,
+        "paper": verdict.paper,
+        "table": claim.table,
+        "published": claim.published,
+        "published_metric": claim.published_metric,
+    }
+
+
+def claims_records(verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
+    """Every verdict as a JSON object (:func:`claim_record`), in the table's order."""
+    return [claim_record(v) for v in verdicts]
+
+
+def claims_json(
+    verdicts: Sequence[Verdict], notes: Sequence[str] = (), min_seeds: int = MIN_SEEDS,
+    level: float = LEVEL,
+) -> str:  # fmt: skip
+    """``posx check --format json``: the counts per verdict, one object per claim and the notes
+    printed under the table (the verdict rule first)."""
+    count = {k: sum(v.verdict == k for v in verdicts) for k in (HOLDS, FAILS, INCONCLUSIVE)}
+    document = {
+        "summary": {"claims": len(verdicts), **count},
+        "claims": claims_records(verdicts),
+        "notes": [rule(min_seeds, level), *notes],
+    }
+    return json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False) + "\n"

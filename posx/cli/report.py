@@ -11,7 +11,11 @@ import typer
 from posx.cli._app import app, config_dirs, console, err_console
 from posx.errors import ConfigError
 
+CHECK_FORMATS = ("rich", "md", "json")
+
 if TYPE_CHECKING:  # the CLI imports pandas and the report package only when a command runs
+    from rich.console import Console
+
     from posx.claims.find import Checked
     from posx.report import Report
 
@@ -81,10 +85,18 @@ def report(
     ),
     digits: int = typer.Option(3, "--digits", help="Decimals in the tables."),
     fmt: str = typer.Option(
-        None, "--format", "-f", help="rich, md, csv, latex or html (default: rich, or from -o)."
+        None,
+        "--format",
+        "-f",
+        help="rich, md, csv, latex, html or json (default: rich, or from -o). json: one "
+        "document, `cells` (one object per row and eval length: mean, std, n, ratio, ...), "
+        "`rank` and, with --claims, `claims`; nothing else is printed on stdout.",
     ),
     output: Path = typer.Option(
-        None, "--output", "-o", help="Write to this file (.md, .csv, .tex, .html pick the format)."
+        None,
+        "--output",
+        "-o",
+        help="Write to this file (.md, .csv, .tex, .html, .json pick the format).",
     ),
     plot: Path = typer.Option(
         None, "--plot", help="Write the plots (PNG and SVG) into this directory."
@@ -129,11 +141,13 @@ def report(
     checked = _add_claims(ctx, root, result) if claims else None
     if shows_tables(kind, fmt, output):
         _print_tables(result, with_claims=checked is not None)
-    text = export_text(result, kind, output, rank_csv=bool(rank))
+    extra = _claims_records(checked) if kind == "json" and checked is not None else None
+    text = export_text(result, kind, output, rank_csv=bool(rank), extra=extra)
     if text is not None:
         _write_text(text, output)
     if plot is not None:
-        _write_plots(result, plot)
+        # with the export on stdout, its messages go to stderr: stdout stays one document
+        _write_plots(result, plot, err_console if text and output is None else console)
     if checked is not None:
         _claims_exit(checked.verdicts)
 
@@ -147,6 +161,14 @@ def _add_claims(ctx: typer.Context, root: Path, result: Report) -> Checked:
     checked = check_root(root, config_dirs(ctx))
     result.sections.append(claims_section(checked.verdicts, checked.notes))
     return checked
+
+
+def _claims_records(checked: Checked) -> dict[str, list]:
+    """The claims' verdicts for ``posx report --claims --format json``: the ``claims`` key, as
+    ``posx check --format json`` writes them."""
+    from posx.claims.render import claims_records
+
+    return {"claims": claims_records(checked.verdicts)}
 
 
 def _print_tables(result: Report, with_claims: bool) -> None:
@@ -173,12 +195,13 @@ def _write_text(text: str, output: Path | None) -> None:
     console.print(f"wrote {output}", soft_wrap=True)
 
 
-def _write_plots(result: Report, directory: Path) -> None:
-    """Writes the report's plots into ``directory`` and says why any plot was left out."""
+def _write_plots(result: Report, directory: Path, says: Console) -> None:
+    """Writes the report's plots into ``directory``, says so on ``says`` and why any plot was
+    left out on stderr."""
     from posx.report import write_report_plots
 
     paths, skipped = write_report_plots(result, directory)
-    console.print(f"wrote {len(paths)} plot files to {directory}/", soft_wrap=True)
+    says.print(f"wrote {len(paths)} plot files to {directory}/", soft_wrap=True)
     for stem, why in skipped:
         err_console.print(f"posx: no plot {stem}: {why}", markup=False, soft_wrap=True)
 
@@ -204,7 +227,13 @@ def check(
         "--experiment",
         help="Check this preset's claims only, on the runs that record it or record none.",
     ),
-    fmt: str = typer.Option("rich", "--format", "-f", help="rich or md."),
+    fmt: str = typer.Option(
+        "rich",
+        "--format",
+        "-f",
+        help="rich (the table, or one block per claim on a narrow terminal), md, or json (one "
+        "object per claim: id, verdict, statement, measured, seeds, seed_agreement, reason).",
+    ),
     min_seeds: int = typer.Option(3, "--min-seeds", help="Seeds each term needs for a verdict."),
     agreement: float = typer.Option(
         0.8, "--agreement", help="Share of seed-level comparisons a verdict needs (0.5-1]."
@@ -215,14 +244,17 @@ def check(
     Exit status: 0 every claim holds, 1 some claim fails, 3 none fails but some are
     inconclusive (2: bad input)."""
     from posx.claims.find import check_root
-    from posx.claims.render import claims_section, to_markdown, to_rich
+    from posx.claims.render import claims_json, claims_section, to_markdown, to_rich
 
-    if fmt not in ("rich", "md"):
-        raise ConfigError(f"unknown --format {fmt!r}; choose from rich, md")
+    if fmt not in CHECK_FORMATS:
+        raise ConfigError(f"unknown --format {fmt!r}; choose from {', '.join(CHECK_FORMATS)}")
     checked = check_root(root, config_dirs(ctx), experiment, min_seeds, agreement)
-    section = claims_section(checked.verdicts, checked.notes, min_seeds, agreement)
-    if fmt == "md":
-        sys.stdout.write(to_markdown(section))
+    if fmt == "json":
+        sys.stdout.write(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
     else:
-        console.print(to_rich(section))
+        section = claims_section(checked.verdicts, checked.notes, min_seeds, agreement)
+        if fmt == "md":
+            sys.stdout.write(to_markdown(section))
+        else:
+            console.print(to_rich(section))
     _claims_exit(checked.verdicts)

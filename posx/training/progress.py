@@ -3,6 +3,11 @@
 Under SLURM or with stdout piped to a file, a live bar is one ever-rewritten line; there posx
 prints a plain line every ``train.progress_every`` seconds instead (first and last logged step
 always). The same lines go to the run's ``posx.log`` in both cases (see :mod:`posx.logs`).
+
+In a sweep (``posx train -m``) each line starts with the run's directory name,
+``[copy_rope_L16_s0_3] step 40/100 ...``: the jobs of a parallel launcher
+(``hydra/launcher=local_parallel``) share one terminal and their lines interleave. Such jobs
+print lines even on a terminal, since two live bars would overwrite each other's line.
 """
 
 from __future__ import annotations
@@ -10,12 +15,45 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 log = logging.getLogger("posx.train")
+
+# Hydra's default launcher runs a sweep's jobs one after another in this process; any other
+# (joblib, submitit, a plugin) may run them side by side.
+SEQUENTIAL_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What this process trains as one job of a Hydra multirun.
+
+    Attributes:
+        tag: The run's directory name ("" outside a multirun).
+        parallel: Whether other jobs of the sweep may run at the same time.
+    """
+
+    tag: str = ""
+    parallel: bool = False
+
+
+def sweep_job() -> SweepJob:
+    """The job of a Hydra multirun this process runs, read from Hydra's job config; empty for a
+    single run and outside Hydra (the Python API, tests)."""
+    if not HydraConfig.initialized():
+        return SweepJob()
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return SweepJob()
+    launcher = str(hc.launcher.get("_target_", ""))
+    return SweepJob(Path(hc.runtime.output_dir).name, launcher != SEQUENTIAL_LAUNCHER)
 
 
 def stdout_is_terminal() -> bool:
@@ -49,7 +87,8 @@ def progress_line(step: int, total: int, row: dict[str, Any], eta: float) -> str
 
 
 class TrainProgress:
-    """The live bar (terminal, ``train.progress``) and the periodic plain lines.
+    """The live bar (terminal, ``train.progress``) and the periodic plain lines, each naming its
+    run in a sweep (see the module docstring).
 
     Args:
         total: Steps to train to.
@@ -60,7 +99,8 @@ class TrainProgress:
 
     def __init__(self, total: int, start: int, enabled: bool, every: float) -> None:
         self.total, self.start, self.every = total, start, every
-        self.live = enabled and stdout_is_terminal()
+        self.job = sweep_job()
+        self.live = enabled and stdout_is_terminal() and not self.job.parallel
         self.lines_on_console = enabled and not self.live
         self.last_line = -math.inf
         self.began = time.perf_counter()
@@ -96,4 +136,6 @@ class TrainProgress:
         done = step - self.start
         eta = (now - self.began) / done * (self.total - step) if done > 0 else math.nan
         line = progress_line(step, self.total, row, eta)
+        if self.job.tag:
+            line = f"[{self.job.tag}] {line}"
         log.info(line, extra={"console": self.lines_on_console})

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 
@@ -21,13 +25,16 @@ def runs_by_sweep(root):
 def test_joblib_sweep_shares_one_directory_and_survives_a_failed_job(
     posx, tiny_overrides, tmp_path
 ):
+    shown = [x for x in tiny_overrides if x != "train.progress=false"]
     proc = posx(
         "train",
         "-m",
         "hydra/launcher=local_parallel",
+        "hydra.launcher.n_jobs=2",  # as README's CLI block says
         "encoding=nope,alibi",
         "train.device=cpu,cuda",
-        *tiny_overrides,
+        *shown,
+        "train.progress_every=0",  # a plain line at every logged step
     )
     sweeps = runs_by_sweep(tmp_path / "sweeps")
     assert len(sweeps) == 1, sweeps  # every worker resolved the same sweep dir
@@ -46,6 +53,16 @@ def test_joblib_sweep_shares_one_directory_and_survives_a_failed_job(
     assert proc.returncode == (0 if torch.cuda.is_available() else 1), proc.stderr
     if not torch.cuda.is_available():
         assert "2 run(s) of the sweep failed" in proc.stderr
+    # issue 35, item 8: the jobs' progress lines interleave; each names its run
+    trained = {
+        p.parent.name
+        for p in (tmp_path / "sweeps").rglob("run.json")
+        if json.loads(p.read_text())["status"] == "trained"
+    }
+    steps = [x for x in proc.stdout.splitlines() if re.search(r"\bstep +\d+/30\b", x)]
+    assert len(steps) == 3 * len(trained), proc.stdout
+    tags = {x.split("] ")[0][1:] if x.startswith("[") else "" for x in steps}
+    assert tags == trained, steps
 
 
 @pytest.mark.slow
@@ -61,3 +78,10 @@ def test_submitit_local_runs_a_job(posx, tiny_overrides, tmp_path):
         check=True,
     )
     assert len(list((tmp_path / "sweeps").rglob("eval.csv"))) == 1
+
+
+def test_readme_says_how_to_set_the_number_of_parallel_jobs(doc_blocks):
+    """Issue 35, item 8: README never said `hydra.launcher.n_jobs=N`."""
+    cli = next(code for info, code in doc_blocks(README, "The CLI") if info == "bash")
+    line = next(x for x in cli.splitlines() if "hydra/launcher=local_parallel" in x)
+    assert "hydra.launcher.n_jobs=" in line, line

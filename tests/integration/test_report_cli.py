@@ -9,6 +9,7 @@ Every expected number below is recomputed here from the eval.csv files with pand
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -211,6 +212,24 @@ def test_bad_report_input_is_one_line(cli, tree, args, text):
     out = cli("report", "--root", str(tree), *args)
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert out.returncode == 2 and len(lines) == 1 and text in lines[0], out.stderr
+
+
+def test_json_holds_the_csv_cells_and_the_ranking(cli, tree):
+    """Issue 35, item 9: `posx report --format json`, cell for cell the CSV, plus the ranking
+    the terminal shows (two tasks)."""
+    out = cli("report", "--root", str(tree), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    csv = csv_of(cli, "--root", str(tree))
+    assert len(got["cells"]) == len(csv)
+    cells = pd.DataFrame(got["cells"]).rename(columns={"ratio": "ratio_mean"})
+    for col in ("mean", "std", "ratio_mean", "ratio_std"):
+        assert np.allclose(cells[col].astype(float), csv[col], equal_nan=True), col
+    for col in ("task", "label", "eval_length", "n", "status", "learned", "best"):
+        assert cells[col].tolist() == csv[col].tolist(), col
+    ranking = csv_of(cli, "--root", str(tree), "--rank")
+    assert [r["label"] for r in got["rank"]] == ranking["variant"].tolist()
+    assert set(got["rank"][0]["ranks"]) == {"copy", "text"}
 
 
 class _Counter(HTMLParser):

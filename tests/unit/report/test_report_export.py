@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
 from html.parser import HTMLParser
@@ -157,3 +158,75 @@ def test_rich_shows_notes_best_and_ranking(report):
     assert "unsupported [1]" in text and "[1] unsupported: 50% of the table | too long" in text
     assert "3.200 ± 0.283 ×2.92" in text and "Ranking across tasks" in text
     assert "copy · model tiny · trained at 8 tokens · mode full · loss [nats/token], lower" in text
+
+
+def test_json_has_one_record_per_cell_and_the_ranking(report):
+    """Issue 35, item 9: the summary as JSON records (NaN as null), the ranking beside it."""
+    from posx.report.output import to_json
+
+    summary, _, rank = report
+    text = to_json(summary, rank)
+    assert "NaN" not in text
+    got = json.loads(text)
+    cells = {(c["task"], c["label"], c["eval_length"]): c for c in got["cells"]}
+    assert len(got["cells"]) == len(cells) == len(summary)
+    rope = cells[("copy", "rope", 16)]
+    assert (rope["mean"], rope["n"], rope["metric"]) == (pytest.approx(3.2), 2, "loss")
+    assert rope["std"] == pytest.approx(0.2828, abs=1e-4)
+    assert rope["ratio"] == pytest.approx((3.0 / 1.0 + 3.4 / 1.2) / 2)
+    assert rope["status"] == "ok" and rope["learned"] is True and rope["best"] is False
+    one = cells[("copy", "my_enc", 16)]
+    assert one["std"] is None and one["best"] is True  # one seed: no spread
+    bad = cells[("copy", "learned", 16)]
+    assert (bad["n"], bad["mean"], bad["status"]) == (0, None, "unsupported")
+    assert bad["reason"] == "50% of the table | too long"
+    assert got["rank_lengths"] == "ood"
+    ranks = {r["label"]: r for r in got["rank"]}
+    assert ranks["alibi"] == {"label": "alibi", "mrr": 1.0, "tasks": 1,
+                              "ranks": {"copy": None, "text": 1.0}}  # fmt: skip
+    assert json.loads(to_json(summary, None))["rank"] is None
+
+
+@pytest.fixture
+def tree(tmp_path):
+    from tests.unit.report.report_trees import make_tree
+
+    make_tree(tmp_path / "results")
+    return tmp_path / "results"
+
+
+def test_report_format_json_prints_only_json(cli, tree, tmp_path):
+    out = cli("report", "--root", str(tree), "--metric", "loss", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)  # the whole of stdout: nothing else is printed there
+    assert {c["label"] for c in got["cells"]} == {"rope", "alibi", "learned"}
+    assert len(got["cells"]) == 9 and got["rank"] is None
+    csv = cli("report", "--root", str(tree), "--metric", "loss", "--format", "csv").stdout
+    back = pd.read_csv(io.StringIO(csv), keep_default_na=False, na_values=[""])
+    assert [c["mean"] for c in got["cells"]] == [
+        None if math.isnan(x) else pytest.approx(x) for x in back["mean"]
+    ]
+    # the plots' message goes to stderr, so that stdout stays one JSON document
+    plots = cli(
+        "report",
+        "--root",
+        str(tree),
+        "--metric",
+        "loss",
+        "-f",
+        "json",
+        "--plot",
+        str(tmp_path / "p"),
+    )
+    assert plots.returncode == 0 and json.loads(plots.stdout)["cells"]
+    assert "plot files to" in plots.stderr
+
+
+def test_report_json_file(cli, tree, tmp_path):
+    out = cli(
+        "report", "--root", str(tree), "--metric", "loss", "-o", str(tmp_path / "r.json"), "--rank"
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads((tmp_path / "r.json").read_text())
+    assert got["cells"] and [r["label"] for r in got["rank"]][0] == "alibi"
+    assert f"wrote {tmp_path / 'r.json'}" in out.stdout

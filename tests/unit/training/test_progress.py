@@ -43,6 +43,59 @@ def test_lines_are_periodic_first_and_last_always(caplog, monkeypatch):
     assert [r.getMessage().split(" (")[0] for r in records] == ["step 10/30", "step 30/30"]
 
 
+BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+
+
+@pytest.fixture
+def hydra_job(tmp_path):
+    """``hydra_job(mode, launcher)``: makes this process a Hydra job of a run or a multirun,
+    in the run directory ``copy_nope_L16_s0_1``, as Hydra does before calling posx's job."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from posx.config.compose import compose
+
+    def set_job(mode: str, launcher: str = BASIC) -> None:
+        cfg = compose([f"root={tmp_path}"], hydra_node=True)
+        OmegaConf.set_readonly(cfg.hydra, False)
+        cfg.hydra.mode = RunMode[mode]
+        cfg.hydra.launcher._target_ = launcher
+        cfg.hydra.runtime.output_dir = str(tmp_path / "sweeps" / "x" / "copy_nope_L16_s0_1")
+        HydraConfig.instance().set_config(cfg)
+
+    yield set_job
+    HydraConfig.instance().cfg = None
+
+
+@pytest.mark.parametrize("launcher", [JOBLIB, BASIC])
+def test_a_sweep_job_names_its_run_on_every_line(caplog, monkeypatch, hydra_job, launcher):
+    """Issue 35, item 8: jobs of a parallel sweep interleave their lines on one terminal."""
+    hydra_job("MULTIRUN", launcher)
+    records = lines(caplog, False, monkeypatch, every=0)
+    assert [r.getMessage().split(" (")[0] for r in records] == [
+        "[copy_nope_L16_s0_1] step 10/30", "[copy_nope_L16_s0_1] step 20/30",
+        "[copy_nope_L16_s0_1] step 30/30",
+    ]  # fmt: skip
+
+
+def test_parallel_jobs_print_lines_not_bars_on_a_terminal(caplog, monkeypatch, hydra_job):
+    """Two live bars in one terminal overwrite each other's line: parallel jobs print lines."""
+    hydra_job("MULTIRUN", JOBLIB)
+    records = lines(caplog, True, monkeypatch, every=0)
+    assert len(records) == 3 and all(r.console for r in records)
+
+
+def test_sequential_sweep_and_single_run_keep_the_bar(caplog, monkeypatch, hydra_job):
+    hydra_job("MULTIRUN", BASIC)  # Hydra's basic launcher runs one job at a time
+    assert not any(r.console for r in lines(caplog, True, monkeypatch, every=0))
+    caplog.clear()
+    hydra_job("RUN")
+    records = lines(caplog, False, monkeypatch, every=0)
+    assert records[0].getMessage().startswith("step 10/30")  # one run: its name is above
+
+
 def test_progress_line_and_durations():
     line = progress_line(20, 100, ROW, eta=65)
     assert (
