@@ -63,8 +63,8 @@ def check_root(
     Args:
         root: A results root (every run below it counts).
         dirs: The user's config dirs (their ``claims/`` files count too).
-        experiment: Check only this preset's claims, on the runs that record it and on runs
-            that record none.
+        experiment: Check only this preset's claims, on the runs that record it (on the runs
+            that record none only where no run records it).
         min_seeds: Seeds each term needs for a verdict.
         level: The seed agreement a verdict needs.
 
@@ -85,19 +85,13 @@ def check_root(
     runs = {d: run_experiment(root / d) for d in frame["run_dir"].unique()}
     frame = frame.assign(experiment=frame["run_dir"].map(runs))
     frame = frame[frame["mode"] == "full"]
-    notes = []
+    notes: list[str] = []
     if experiment is not None:
-        frame = frame[frame["experiment"].isin([experiment, ""])]
         names = [experiment]
+        chosen = {experiment: _named_rows(frame, experiment, root, notes)}
     else:
-        unnamed = sum(1 for e in runs.values() if not e)
-        if unnamed:
-            notes.append(
-                f"{unnamed} run(s) record no experiment; check them with --experiment NAME"
-            )
-        recorded = sorted({e for e in runs.values() if e})
-        notes += [f"experiment {e!r} has no claims file" for e in recorded if e not in files]
-        names = [e for e in recorded if e in files]
+        names = _presets(runs, files, notes)
+        chosen = {name: frame[frame["experiment"] == name] for name in names}
     if not names:
         raise ConfigError(
             f"no run under {root} records an experiment with claims "
@@ -107,8 +101,68 @@ def check_root(
     verdicts: list[Verdict] = []
     for name in names:
         claims: ClaimsFile = load_claims(files[name], name)
-        rows = frame[frame["experiment"] == name] if experiment is None else frame
         # a preset's own duplicates only: the same config may be another preset's run too
-        rows, _ = drop_duplicate_runs(pd.DataFrame(rows))
+        rows, _ = drop_duplicate_runs(pd.DataFrame(chosen[name]))
+        notes += _task_note(rows, claims)
         verdicts += check_claims(rows, claims, min_seeds, level)
     return Checked(verdicts, notes)
+
+
+def _presets(runs: dict[str, str], files: dict[str, Path], notes: list[str]) -> list[str]:
+    """The presets with claims that the runs record; what is left aside goes into ``notes``."""
+    unnamed = sum(1 for e in runs.values() if not e)
+    notes += _unnamed_note(unnamed)
+    recorded = sorted({e for e in runs.values() if e})
+    notes += [f"experiment {e!r} has no claims file" for e in recorded if e not in files]
+    return [e for e in recorded if e in files]
+
+
+def _unnamed_note(count: int) -> list[str]:
+    if not count:
+        return []
+    return [
+        f"{count} run(s) record no experiment and are not checked (--experiment NAME checks "
+        "them under a root where no run records NAME)"
+    ]
+
+
+def _named_rows(frame: pd.DataFrame, name: str, root: Path, notes: list[str]) -> pd.DataFrame:
+    """``--experiment NAME``: the runs that record NAME, never other runs beside them (another
+    preset's, or a quick ``posx train``'s, would be other configurations and tasks, and leave
+    every claim inconclusive); only under a root where no run records it, the runs that record
+    no experiment (runs of a preset trained before posx recorded it).
+
+    Raises:
+        ConfigError: No run records NAME, and none records no experiment.
+    """
+    own = frame[frame["experiment"] == name]
+    unnamed = frame[frame["experiment"] == ""]
+    if not own.empty:
+        notes += _unnamed_note(unnamed["run_dir"].nunique())
+        return own
+    if unnamed.empty:
+        recorded = sorted(set(frame["experiment"]))
+        raise ConfigError(
+            f"no run under {root} records experiment {name!r} (the runs there record: "
+            f"{', '.join(recorded)}); train it with `posx train -m experiment={name}`"
+        )
+    count = unnamed["run_dir"].nunique()
+    notes.append(
+        f"no run under {root} records experiment {name!r}: checking the {count} run(s) that "
+        "record no experiment"
+    )
+    return unnamed
+
+
+def _task_note(rows: pd.DataFrame, claims: ClaimsFile) -> list[str]:
+    """Why a claim says "name one with 'on TASK'": the preset's runs are of several tasks and
+    the claim's statement names none, so it cannot tell which task's runs to compare."""
+    tasks = sorted(set(rows["task"].astype(str))) if "task" in rows else []
+    vague = [c.id for c in claims.claims if not c.statement.mrr and c.statement.task is None]
+    if len(tasks) < 2 or not vague:
+        return []
+    return [
+        f"{claims.experiment}'s runs are of {len(tasks)} tasks ({', '.join(tasks)}) and its "
+        f"claim(s) {', '.join(vague)} name no task, so they cannot pick one: add 'on TASK' to "
+        f"their statements in {claims.path} (e.g. '... at 4x on {tasks[0]}')"
+    ]

@@ -51,8 +51,10 @@ def show_config(ctx: typer.Context) -> None:
     from omegaconf import OmegaConf
 
     from posx.config.compose import compose
+    from posx.runs.overrides import one_config_overrides
 
-    cfg = compose(list(ctx.args), config_dirs(ctx))
+    dirs = config_dirs(ctx)
+    cfg = compose(one_config_overrides("show-config", ctx.args, dirs), dirs)
     sys.stdout.write(OmegaConf.to_yaml(cfg))
 
 

@@ -53,12 +53,24 @@ def resume(
 @app.command("runs")
 def runs_(
     root: Path = typer.Option(Path("results"), "--root", help="Results root to list runs under."),
+    fmt: str = typer.Option(
+        "table",
+        "--format",
+        "-f",
+        help="table, or json: a list of objects with the table's fields as plain values "
+        "(steps as steps_done and steps_total, null where unknown), for scripts.",
+    ),
 ) -> None:
     """One line per run: status, encoding, task, model, training length, steps, seed, final
     loss, evaluated lengths and its directory."""
-    from posx.runs.listing import format_runs, list_runs
+    from posx.runs.listing import format_runs, list_runs, runs_json
 
+    if fmt not in ("table", "json"):
+        raise ConfigError(f"unknown --format {fmt!r}; choose from table, json")
     found = list_runs(root)
+    if fmt == "json":  # an empty list, not a sentence: a script reads it either way
+        sys.stdout.write(runs_json(found) + "\n")
+        return
     if not found:
         console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
         return
@@ -119,25 +131,14 @@ def eval_(
 
     Extra `key=value` arguments override the run's config at evaluation time
     (e.g. `encoding.base=40000`) and are recorded in every row, as are --mode, --window and
-    --stride (in their own columns).
+    --stride (in their own columns); `eval.lengths=[512,1024]` is the same as --lengths.
     """
     from posx.config.trust import trusted_prefixes
-    from posx.report.units import eval_summary
     from posx.runs import evaluate_runs, select_runs
-    from posx.runs.evaluation import failures, protocol_overrides
+    from posx.runs.evaluation import failures
     from posx.runs.resources import parse_size
 
-    overrides = protocol_overrides(mode, window, stride, buckets)
-    overrides += [a for a in ctx.args if "=" in a]
-    stray = [a for a in ctx.args if "=" not in a]
-    # typer puts key=value words into `runs` when they come after the run dirs
-    overrides += [str(r) for r in runs or [] if "=" in str(r) and not Path(r).exists()]
-    named = [r for r in runs or [] if str(r) not in overrides]
-    if stray:
-        raise ConfigError(
-            f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
-        )
-    asked = parse_lengths(lengths) if lengths is not None else None
+    named, asked, overrides = _eval_inputs(ctx, runs, lengths, (mode, window, stride, buckets))
     limit = parse_size(max_memory, "--max-memory")
     trusted = trusted_prefixes(trust, config_dirs(ctx))
     chosen = select_runs(named, root, overrides, trusted)
@@ -146,15 +147,11 @@ def eval_(
     for _, why in chosen.damaged:
         err_console.print(f"posx: skipping: {why}", markup=False, style="red", soft_wrap=True)
 
-    def show(run: Path, rows: list[dict]) -> None:
-        # the report's metric and unit for this task (bits/byte for text, exact match ...)
-        console.print(f"[bold]{run.name}[/]  " + "  ".join(eval_summary(r) for r in rows))
-
     def warn(text: str) -> None:
         err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
 
     done = evaluate_runs(
-        chosen.runs, asked, overrides, device, progress, on_run=show, on_warning=warn,
+        chosen.runs, asked, overrides, device, progress, on_run=_show_eval, on_warning=warn,
         trust=trusted, max_memory=limit,
     )  # fmt: skip
     console.print(
@@ -169,3 +166,60 @@ def eval_(
     if chosen.damaged:
         names = ", ".join(run.name for run, _ in chosen.damaged)
         raise PosxError(f"{len(chosen.damaged)} run(s) skipped, damaged or refused: {names}")
+
+
+def _eval_inputs(
+    ctx: typer.Context,
+    runs: list[Path] | None,
+    lengths: str | None,
+    protocol: tuple[str | None, int | None, int | None, str | None],
+) -> tuple[list[Path], list[int] | None, list[str]]:
+    """``posx eval``'s words sorted out: the runs named, the lengths asked for (``--lengths`` or
+    ``eval.lengths=[...]``) and the eval-time overrides (``--mode`` ... as ``eval.*`` ones).
+
+    Raises:
+        ConfigError: A word that is not a run (a results root, a sweep, a checkpoint folder,
+            an option, ``hf:NAME``) or an override that cannot apply, said as what it is.
+    """
+    from posx.runs.evaluation import protocol_overrides
+    from posx.runs.overrides import eval_lengths_override
+    from posx.runs.targets import explain_run_argument
+
+    overrides = protocol_overrides(*protocol)
+    overrides += [a for a in ctx.args if "=" in a]
+    stray = [a for a in ctx.args if "=" not in a]
+    # typer puts key=value words into `runs` when they come after the run dirs
+    overrides += [str(r) for r in runs or [] if "=" in str(r) and not Path(r).exists()]
+    named = [r for r in runs or [] if str(r) not in overrides]
+    for word in [*map(str, named), *stray]:
+        problem = explain_run_argument(word)
+        if problem:
+            raise ConfigError(problem)
+    if stray:
+        raise ConfigError(
+            f"unexpected argument(s) {' '.join(stray)}; overrides look like key=value"
+        )
+    asked = parse_lengths(lengths) if lengths is not None else None
+    asked, overrides = eval_lengths_override(overrides, asked)
+    return named, asked, overrides
+
+
+def _show_eval(run: Path, rows: list[dict]) -> None:
+    """One run's new eval rows as an aligned table, as training's end-of-run summary shows them:
+    the report's metric and unit for the task, ×r relative to the training length."""
+    from posx.runs.messages import eval_table
+
+    overrides = {str(r.get("overrides") or "") for r in rows} - {""}
+    head = run.name + (f"  ({'; '.join(sorted(overrides))})" if overrides else "")
+    console.print(head, style="bold", markup=False, highlight=False, soft_wrap=True)
+    for line in eval_table(rows, _train_length(run, rows)):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _train_length(run: Path, rows: list[dict]) -> int:
+    """The run's training length: every eval row records it; else its saved config's."""
+    if rows and rows[0].get("train_length") is not None:
+        return int(rows[0]["train_length"])
+    from posx.config.saved import run_config
+
+    return int(run_config(run).train.length)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ class RunLine:
     final_loss: str
     lengths: str  # the eval lengths with a value, e.g. "64,128,256"
     path: str  # relative to the root
+    # the same fields as plain values (numbers, lists, None for unknown), for --format json
+    record: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def cells(self) -> list[str]:
         return [self.status, self.encoding, self.task, self.model, self.train_length, self.steps,
@@ -49,14 +51,31 @@ def _metrics_tail(run: Path) -> dict[str, Any]:
         return {}
 
 
-def _lengths(run: Path) -> str:
+def _lengths(run: Path) -> list[int] | None:
+    """The eval lengths with a value (status ok); None when ``eval.csv`` cannot be read."""
     try:
         rows = pd.read_csv(run / "eval.csv", keep_default_na=False, na_values=[""])
         ok = rows[rows["status"].astype(str) == "ok"] if "status" in rows else rows
-        lengths = sorted({int(x) for x in ok["eval_length"]})
+        return sorted({int(x) for x in ok["eval_length"]})
     except (OSError, ValueError, KeyError, pd.errors.ParserError, pd.errors.EmptyDataError):
-        return "—"
-    return ",".join(map(str, lengths)) or "—"
+        return None
+
+
+def _number(value: Any) -> int | float | None:
+    """A run.json or metrics.csv value as a plain number (None when it is none, or not one)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(number):
+        return None
+    return int(number) if number.is_integer() and not isinstance(value, float) else number
+
+
+def _count(value: Any) -> int | None:
+    """A step count, length or seed (metrics.csv holds them as floats) as an int."""
+    number = _number(value)
+    return None if number is None else int(number)
 
 
 def _status(info: dict[str, Any], run: Path) -> str:
@@ -66,36 +85,66 @@ def _status(info: dict[str, Any], run: Path) -> str:
     return status
 
 
-def run_line(run: Path, root: Path) -> RunLine:
-    """What ``posx runs`` shows for one run directory."""
-    rel = str(run.relative_to(root))
+def run_record(run: Path, root: Path) -> dict[str, Any]:
+    """One run's fields as plain values: what ``posx runs`` shows, and ``--format json`` prints.
+
+    Keys: ``status``, ``encoding``, ``task``, ``model``, ``L_train``, ``steps_done``,
+    ``steps_total``, ``seed``, ``final_loss``, ``eval_lengths`` (the lengths with a value),
+    ``run`` (relative to ``root``), and ``error`` (why an ``unreadable`` run's ``run.json``
+    cannot be read, else None). Unknown values are None.
+    """
+    keys = ("encoding", "task", "model", "L_train", "steps_done", "steps_total", "seed",
+            "final_loss", "eval_lengths")  # fmt: skip
+    record: dict[str, Any] = {"status": "unreadable", **dict.fromkeys(keys)}
+    record.update(run=str(run.relative_to(root)), error=None)
     try:
         info = json.loads((run / "run.json").read_text())
         if not isinstance(info, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as err:
-        reason = str(err).splitlines()[0][:60]
-        return RunLine("unreadable", "?", "?", "?", "?", "?", "?", "?", reason, rel)
+        return {**record, "error": str(err).splitlines()[0][:60]}
     tail = _metrics_tail(run)
-    total = info.get("steps", "?")
     status = _status(info, run)
+    total = _count(info.get("steps"))
     done = total if status in ("finished", "trained") else info.get("step", tail.get("step", 0))
-    loss = info.get("final_loss", tail.get("loss", math.nan))
-    try:
-        loss_text = "—" if loss is None or math.isnan(float(loss)) else f"{float(loss):.4f}"
-    except (TypeError, ValueError):
-        loss_text = "?"
-    return RunLine(
+    record.update(
         status=status,
-        encoding=str(info.get("encoding", "?")),
-        task=str(info.get("task", "?")),
-        model=str(info.get("model", "?")),
-        train_length=str(info.get("train_length", "?")),
-        steps=f"{int(done) if isinstance(done, int | float) else done}/{total}",
-        seed=str(info.get("seed", "?")),
-        final_loss=loss_text,
-        lengths=_lengths(run),
-        path=rel,
+        encoding=info.get("encoding"),
+        task=info.get("task"),
+        model=info.get("model"),
+        L_train=_count(info.get("train_length")),
+        steps_done=_count(done),
+        steps_total=total,
+        seed=_count(info.get("seed")),
+        final_loss=_number(info.get("final_loss", tail.get("loss"))),
+        eval_lengths=_lengths(run),
+    )
+    return record
+
+
+def _text(value: Any) -> str:
+    return "?" if value is None else str(value)
+
+
+def run_line(run: Path, root: Path) -> RunLine:
+    """What ``posx runs`` shows for one run directory."""
+    r = run_record(run, root)
+    if r["status"] == "unreadable":
+        return RunLine("unreadable", *["?"] * 7, r["error"], r["run"], record=r)
+    loss = r["final_loss"]
+    lengths = r["eval_lengths"]
+    return RunLine(
+        status=r["status"],
+        encoding=_text(r["encoding"]),
+        task=_text(r["task"]),
+        model=_text(r["model"]),
+        train_length=_text(r["L_train"]),
+        steps=f"{_text(r['steps_done'])}/{_text(r['steps_total'])}",
+        seed=_text(r["seed"]),
+        final_loss="—" if loss is None else f"{loss:.4f}",
+        lengths=",".join(map(str, lengths)) if lengths else "—",
+        path=r["run"],
+        record=r,
     )
 
 
@@ -112,3 +161,8 @@ def format_runs(lines: list[RunLine]) -> list[str]:
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
         for row in table
     ]
+
+
+def runs_json(lines: list[RunLine]) -> str:
+    """The runs as a JSON list of objects with plain values (see :func:`run_record`)."""
+    return json.dumps([line.record for line in lines], indent=2, ensure_ascii=False)

@@ -8,16 +8,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import HydraException, OverrideParseException
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from posx.config.build import build_model, build_positions, build_task
-from posx.config.compose import check_group_value, compose, eval_lengths, one_line, validate
+from posx.config.compose import ListValueError, check_group_value, compose, eval_lengths, validate
 from posx.config.paths import user_config_dirs
 from posx.config.trust import check_trusted
 from posx.errors import ConfigError, PosxError
+from posx.runs.overrides import list_sweep, parse_overrides, unknown_flag
 from posx.runs.resources import (
     ModelShape,
     check_eval_fits,
@@ -63,18 +63,29 @@ NO_CHECK_FLAGS = frozenset(
         "--experimental-rerun",
     }
 )
+# Hydra's flags that take no value and still run a job.
+JOB_FLAGS = frozenset({"-m", "--multirun", "-r", "--run", "--resolve"})
 # Sweeps larger than this are checked on their first combinations only.
 MAX_CHECKED = 64
 
 
 def split_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """Separates Hydra's own flags (with their values) from config overrides."""
+    """Separates Hydra's own flags (with their values) from config overrides.
+
+    Raises:
+        ConfigError: A flag Hydra does not have (``--encoding alibi``), naming the override
+            that was meant (``encoding=alibi``).
+    """
     flags, overrides, take_value = [], [], False
-    for arg in args:
+    for i, arg in enumerate(args):
         if take_value:
             flags.append(arg)
             take_value = False
         elif arg.startswith("-"):
+            if arg.split("=", 1)[0] not in VALUE_FLAGS | NO_CHECK_FLAGS | JOB_FLAGS:
+                after = args[i + 1] if i + 1 < len(args) else ""
+                value = after if after and "=" not in after and not after.startswith("-") else None
+                raise ConfigError(unknown_flag("train", arg, value))
             flags.append(arg)
             take_value = arg in VALUE_FLAGS
         else:
@@ -96,24 +107,18 @@ def check_overrides(
     that is neither posx's nor under a trusted prefix is refused before anything is built.
     """
     dirs = user_config_dirs() if dirs is None else dirs
-    options, hydra_overrides = _options(_parse(overrides), dirs)
+    parsed = parse_overrides(overrides, dirs)
+    options, hydra_overrides = _options(parsed, dirs)
     combos = _combinations(options)
     if hydra_overrides:  # e.g. an unknown launcher: one line here instead of Hydra's report
         compose([*min(combos), *hydra_overrides], dirs, hydra_node=True)
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
-        _check_config(compose(list(combo), dirs), build, trust)
-
-
-def _parse(overrides: list[str]) -> list[Override]:
-    """Hydra's parse of the overrides.
-
-    Raises:
-        ConfigError: An override Hydra cannot parse, in one line.
-    """
-    try:
-        return OverridesParser.create().parse_overrides(overrides)
-    except OverrideParseException as err:
-        raise ConfigError(f"bad override: {one_line(err)}") from err
+        try:
+            cfg = compose(list(combo), dirs)
+        except ListValueError as err:  # `eval.lengths=32,64`: the user's line names the fix
+            typed = [o for o in parsed if o.key_or_group == err.key and o.is_sweep_override()]
+            raise (ConfigError(list_sweep(typed[0])) if typed else err) from err
+        _check_config(cfg, build, trust)
 
 
 def _options(parsed: list[Override], dirs: list[Path]) -> tuple[list[list[str]], list[str]]:

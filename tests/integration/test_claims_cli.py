@@ -3,7 +3,9 @@ exit status (0 all hold, 1 some fail, 3 some inconclusive, 2 bad input) and one-
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +15,11 @@ import pytest
 from tests.unit.claims.test_claims_check import TEXT, write_claims
 from tests.unit.report.report_trees import make_seed_tree
 
+LEGACY = Path(__file__).resolve().parent.parent / "fixtures" / "legacy" / "results"
 
-def posx(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "POSX_DEBUG": "0", "COLUMNS": "250"}
+
+def posx(*args: str, columns: int = 250) -> subprocess.CompletedProcess:
+    env = {**os.environ, "POSX_DEBUG": "0", "COLUMNS": str(columns)}
     return subprocess.run([sys.executable, "-m", "posx", *args], env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
 
@@ -95,3 +99,93 @@ def test_check_reads_the_reports_numbers_and_guards_issue_30(tmp_path: Path):
     assert "✗ fails" in rows["syn/keeps"] and "rope ×r 0.200 ± 0.020" in rows["syn/keeps"]
     assert "? inconclusive" in rows["syn/zeros"] and "at chance" in rows["syn/zeros"]
     assert proc.stderr.strip() == "posx: 0 of 2 claims hold, 1 fail, 1 inconclusive"
+
+
+def test_check_fits_an_80_column_terminal(tmp_path: Path):
+    """Issue 35, item 6, as reported: `COLUMNS=80 posx check` on the legacy runs split each
+    claim id over three lines (`rope_sca/ling/yar`). Now one block per claim, every line fits."""
+    root = Path(shutil.copytree(LEGACY, tmp_path / "results"))
+    proc = posx("check", str(root), columns=80)
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80, proc.stdout
+    for ident in ("yarn_helps_4x", "yarn_beats_pi_4x", "ntk_beats_pi_4x", "yarn_helps_8x"):
+        assert sum(f"? inconclusive  rope_scaling/{ident}" in x for x in lines) == 1, ident
+    assert any(x.strip().startswith("why ") and "1 seed(s)" in x for x in lines)
+    wide = posx("check", str(root), columns=250)
+    assert "┃" in wide.stdout and "seed agreement" in wide.stdout
+
+
+def test_check_format_json_is_plain_json_on_stdout(cli, tree):
+    """Issue 35, item 9: `posx check -f json` prints one object per claim and nothing else on
+    stdout; the exit status and the summary on stderr are those of the table."""
+    claims = {"a": ("sinusoidal > rope at 4x", ""), "b": ("alibi > rope at 4x", ""),
+              "c": ("sinusoidal <= 2.05 at 1x", "")}  # fmt: skip
+    write_claims(tree / "conf", "demo_claims", claims)
+    out = cli("--config-dir", str(tree / "conf"), "check", str(tree / "results"), "-f", "json")
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip() == "posx: 1 of 3 claims hold, 1 fail, 1 inconclusive"
+    got = json.loads(out.stdout)
+    assert [(c["id"], c["verdict"]) for c in got["claims"]] == [
+        ("demo_claims/a", "holds"), ("demo_claims/b", "fails"), ("demo_claims/c", "inconclusive")
+    ]  # fmt: skip
+    for claim in got["claims"]:
+        assert {"statement", "measured", "seeds", "seed_agreement", "reason"} <= set(claim)
+    assert got["claims"][1]["seed_agreement"] == "alibi <= rope: 9/9"
+    assert got["claims"][2]["reason"].startswith("seeds split")
+
+
+def test_check_rejects_an_unknown_format_in_one_line(cli, tree):
+    write_claims(tree / "conf", "demo_claims", {"a": ("sinusoidal > rope at 4x", "")})
+    out = cli("--config-dir", str(tree / "conf"), "check", str(tree / "results"), "-f", "xml")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == "posx: error: unknown --format 'xml'; choose from rich, md, json"
+
+
+@pytest.mark.slow
+def test_report_claims_as_json(tree):
+    write_claims(tree / "conf", "demo_claims", {"b": ("alibi > rope at 4x", "")})
+    proc = posx("--config-dir", str(tree / "conf"), "report", "--root", str(tree / "results"),
+                "--claims", "-f", "json")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    got = json.loads(proc.stdout)
+    assert [c["verdict"] for c in got["claims"]] == ["fails"] and got["cells"]
+
+
+def test_experiment_checks_its_own_runs_on_a_mixed_root(tmp_path: Path):
+    """Issue 35.5: on a root that also holds another preset's runs and runs that record no
+    preset (of another task), `--experiment NAME` took the unnamed runs in, so every claim
+    said "runs of several tasks (copy, text); name one with 'on TASK'" and was inconclusive."""
+    results = tmp_path / "results"
+    make_seed_tree(results, TEXT, experiment="demo_claims")
+    other = {"rope": [[0.9, 0.5, 0.2]] * 3, "alibi": [[0.9, 0.6, 0.4]] * 3}
+    make_seed_tree(results / "quick", other, experiment="", task="copy")
+    make_seed_tree(results / "theirs", other, experiment="other_claims", task="copy")
+    write_claims(tmp_path / "conf", "demo_claims", {"a": ("sinusoidal > rope > alibi at 4x", "")})
+    write_claims(tmp_path / "conf", "other_claims", {"b": ("alibi > rope at 4x", "")})
+    conf = ("--config-dir", str(tmp_path / "conf"))
+    proc = posx(*conf, "check", str(results), "--experiment", "demo_claims", "-f", "md")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| ✓ holds | demo_claims/a |" in proc.stdout and "other_claims" not in proc.stdout
+    assert "on TASK" not in proc.stdout
+    every = posx(*conf, "check", str(results), "-f", "md")
+    assert every.returncode == 0, every.stdout + every.stderr
+    assert "demo_claims/a" in every.stdout and "other_claims/b" in every.stdout
+    assert "6 run(s) record no experiment and are not checked" in every.stdout
+
+
+def test_a_claim_without_on_task_over_several_tasks_is_explained(tmp_path: Path):
+    """Issue 35.5: "name one with 'on TASK'" said nothing of where: a note names the preset's
+    tasks, the claims that name none and the file to add 'on TASK' to."""
+    results = tmp_path / "results"
+    make_seed_tree(results, TEXT, experiment="demo_claims")
+    make_seed_tree(results, {"rope": [[0.9, 0.5, 0.2]] * 3}, experiment="demo_claims", task="copy")
+    claims = {"a": ("sinusoidal > rope at 4x", ""), "b": ("alibi < rope at 4x on text", "")}
+    write_claims(tmp_path / "conf", "demo_claims", claims)
+    proc = posx("--config-dir", str(tmp_path / "conf"), "check", str(results), "-f", "md")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    file = tmp_path / "conf" / "claims" / "demo_claims.yaml"
+    assert (
+        "demo_claims's runs are of 2 tasks (copy, text) and its claim(s) a name no task, so they "
+        f"cannot pick one: add 'on TASK' to their statements in {file}"
+    ) in proc.stdout.replace("\n", " ")

@@ -79,3 +79,131 @@ def test_misspelled_eval_override(posx, cli, tiny_overrides, tmp_path):
     assert_one_line_error(cli("eval", str(run), "encoding.bse=4"), 2, "'bse'")
     assert_one_line_error(cli("eval", str(run), "--lengths", "16", "stray"), 2, "does not exist")
     assert (run / "eval.csv").read_bytes() == before  # nothing lost or half-written
+
+
+# --- issue 35: say what a path or an override is, and what to write instead ---------------------
+
+
+def test_eval_of_a_folder_of_runs_or_a_checkpoint_says_what_it_is(cli, copy_run, tmp_path):
+    """Issue 35.2: a results root, a sweep directory, a run's checkpoint folder or a file in a run
+    was "run has no checkpoint: results (train it first, ...)", exit 1."""
+    import shutil
+
+    run = copy_run("a")
+    copy_run("b")
+    root = tmp_path / "runs"
+    assert_one_line_error(
+        cli("eval", str(root)), 2,
+        f"{root} is a results root with 2 runs, not one run: use `posx eval --root {root}`",
+    )  # fmt: skip
+    sweep = tmp_path / "sweep"
+    shutil.copytree(run, sweep / "copy_rope_0")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert_one_line_error(cli("eval", str(sweep)), 2, f"{sweep} is a sweep directory with 1 run,")
+    assert_one_line_error(
+        cli("eval", str(run / "checkpoint")), 2,
+        f"{run / 'checkpoint'} is a run's checkpoint folder; pass the run: posx eval {run}",
+    )  # fmt: skip
+    inside = f"is a file inside a run; pass the run: posx eval {run}"
+    assert_one_line_error(cli("eval", str(run / "run.json")), 2, inside)
+
+
+def test_eval_of_an_hf_name_says_hf_names_a_corpus(cli):
+    """Issue 35.4: was "run directory does not exist: hf:gpt2"."""
+    proc = cli("eval", "hf:gpt2")
+    assert_one_line_error(proc, 2, "'hf:' names a corpus for task.corpus")
+    assert "not a model" in proc.stderr and "pretrained models are not supported yet" in proc.stderr
+
+
+OVERRIDE_MISTAKES = [
+    (["--encoding", "alibi"], "posx train has no option --encoding; settings are key=value: "
+     "encoding=alibi"),
+    (["--steps=5"], "posx train has no option --steps; settings are key=value: train.steps=5"),
+    (["encoding:alibi"], "'encoding:alibi' is not an override: settings are key=value: "
+     "encoding=alibi"),
+    (["alibi"], "'alibi' is not an override: settings are key=value: encoding=alibi"),
+    (["eval.lengths=32,64"], "eval.lengths takes a list: write eval.lengths=[32,64] (without "
+     "brackets, 32,64 is a sweep"),
+    (["-m", "eval.lengths=32,64"], "eval.lengths takes a list: write eval.lengths=[32,64]"),
+    (["eval.lengths=[32,64"], "bad override 'eval.lengths=[32,64': no viable alternative"),
+    (["encoding=alibi", "encoding.scaling.type=yarn"],
+     "unknown setting 'encoding.scaling.type'; encoding (posx.encodings.alibi.ALiBi) has no "
+     "setting 'scaling'; encoding keys: none (n_heads comes from the model); encoding options "
+     "with 'scaling': rope"),
+    (["model.d_modle=30"], "unknown setting 'model.d_modle'; did you mean 'model.d_model'?"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "text"), OVERRIDE_MISTAKES, ids=[" ".join(a) for a, _ in OVERRIDE_MISTAKES]
+)
+def test_override_mistakes_at_train_time_say_what_to_write(cli, tmp_path, args, text):
+    """Issue 35.3: these reached the user as Hydra's words ("Error parsing override 'alibi'",
+    "int is not a ListConfig", "Key 'scaling' is not in struct")."""
+    proc = cli("train", f"root={tmp_path}", "train.steps=1", *args)
+    assert_one_line_error(proc, 2, text)
+    for hydra_words in ("Error parsing", "ListConfig", "not in struct", "Could not override"):
+        assert hydra_words not in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_override_mistakes_at_eval_time_say_what_to_write(posx, cli, tiny_overrides, tmp_path):
+    """Issue 35.3, eval: `eval.lengths=32,64`, `--encoding`, `encoding:alibi`, another encoding
+    and a setting the run's encoding does not have; `eval.lengths=[32]` means --lengths 32."""
+    posx("train", "encoding=alibi", *tiny_overrides, "train.steps=5", check=True)
+    run = next(tmp_path.rglob("run.json")).parent
+    before = (run / "eval.csv").read_bytes()
+    cases = [
+        (["eval.lengths=32,64"], "a list is written in brackets, eval.lengths=[32,64], or "
+         "--lengths 32,64"),
+        (["--encoding", "alibi"], "posx eval has no option --encoding (see `posx eval --help`): "
+         "a run is evaluated with the encoding it was trained with"),
+        (["encoding:alibi"], "'encoding:alibi' is neither a run directory nor an override"),
+        (["encoding=rope"], "posx eval cannot change a run's encoding (encoding=rope)"),
+        (["encoding.scaling.type=yarn"], "encoding (posx.encodings.alibi.ALiBi) has no setting "
+         "'scaling'; encoding keys: none (n_heads comes from the model); encoding options with "
+         "'scaling': rope"),
+        (["--lengths", "16", "eval.lengths=[32]"], "--lengths and eval.lengths=[32] disagree"),
+    ]  # fmt: skip
+    for args, text in cases:
+        assert_one_line_error(cli("eval", str(run), *args), 2, text)
+    assert (run / "eval.csv").read_bytes() == before
+    proc = cli("eval", str(run), "eval.lengths=[32]", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    import pandas as pd
+
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    new = rows[rows["eval_length"] == 32]
+    assert len(new) == 1 and new["overrides"].tolist() == [""]  # --lengths, not a variant
+
+
+def test_eval_prints_one_aligned_table_per_run(cli, copy_run):
+    """Issue 35.7: was `L=64: 0.000 exact_match (fraction of sequences)` per length on one
+    wrapped line; now training's table: the metric and unit once, one line per length."""
+    run = copy_run("a")
+    proc = cli("eval", str(run), "--lengths", "16,32,64", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index(run.name)
+    assert lines[at + 1] == "eval: exact match [fraction of sequences]"
+    table = lines[at + 2 : at + 5]
+    assert [line.split()[0] for line in table] == ["L=16", "L=32", "L=64"], lines
+    assert len({line.rindex(" ") for line in table}) == 1  # the values start in one column
+    assert all(len(line) <= 80 for line in lines)
+    assert "exact_match (fraction" not in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["encoding:alibi"], "'encoding:alibi' is not an override: settings are key=value: "
+         "encoding=alibi"),
+        (["--encoding", "alibi"], "posx show-config has no option --encoding; settings are "
+         "key=value: encoding=alibi"),
+        (["eval.lengths=32,64"], "a list is written in brackets, eval.lengths=[32,64]"),
+    ],
+)  # fmt: skip
+def test_show_config_says_what_to_write_too(cli, args, text):
+    """Issue 35.3 in `posx show-config` (was "Error parsing override", "LexerNoViableAlt-
+    Exception: --encoding", "Ambiguous value for argument")."""
+    assert_one_line_error(cli("show-config", *args), 2, text)

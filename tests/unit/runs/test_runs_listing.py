@@ -60,3 +60,34 @@ def test_no_runs_and_missing_root(tmp_path, cli):
     assert out.returncode == 0 and "no runs under" in out.stdout
     out = cli("runs", "--root", str(tmp_path / "missing"))
     assert out.returncode != 0 and "results root does not exist" in out.stderr
+
+
+def test_runs_as_json_for_scripts(tmp_path, cli):
+    """Issue 35.9: `posx runs --format json`: the table's fields as plain values."""
+    import json as json_
+
+    ok = [{"eval_length": n, "status": "ok"} for n in (16, 32)]
+    make_run(tmp_path, "a_finished", {"status": "trained", "final_loss": 1.25}, [10, 20, 30], ok)
+    make_run(tmp_path, "c_interrupted", {"status": "interrupted", "step": 20}, [10, 20])
+    make_run(tmp_path, "f_garbage", "{not json")
+    out = cli("runs", "--root", str(tmp_path), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    got = {r["run"]: r for r in json_.loads(out.stdout)}
+    assert got["runs/a_finished"] == {
+        "status": "finished", "encoding": "rope", "task": "copy", "model": "tiny", "L_train": 16,
+        "steps_done": 30, "steps_total": 30, "seed": 1, "final_loss": 1.25,
+        "eval_lengths": [16, 32], "run": "runs/a_finished", "error": None,
+    }  # fmt: skip
+    interrupted = got["runs/c_interrupted"]
+    assert (interrupted["steps_done"], interrupted["final_loss"]) == (20, 2.8)
+    assert interrupted["eval_lengths"] is None  # no eval.csv
+    garbage = got["runs/f_garbage"]
+    assert garbage["status"] == "unreadable" and garbage["encoding"] is None and garbage["error"]
+    # the same fields as the table (its columns, with steps as done and total)
+    table = cli("runs", "--root", str(tmp_path)).stdout.splitlines()
+    assert table[0].split()[:5] == ["status", "encoding", "task", "model", "L_train"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli("runs", "--root", str(empty), "-f", "json").stdout.strip() == "[]"
+    bad = cli("runs", "--root", str(tmp_path), "--format", "xml")
+    assert bad.returncode == 2 and "unknown --format 'xml'; choose from table, json" in bad.stderr
