@@ -83,7 +83,7 @@ def parse_lengths(text: str) -> list[int]:
     Raises:
         ConfigError: A part that is not an integer, or a length that is not positive.
     """
-    from posx.config.compose import positive_lengths
+    from posx.config.validate import positive_lengths
 
     values: list[int] = []
     for part in text.split(","):

@@ -15,10 +15,11 @@ from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posx.config.compose import key_hint, validate
 from posx.config.fingerprint import RECORDED_PRECISION, data_identity
+from posx.config.hints import key_hint
 from posx.config.schema import EvalConfig, PosxConfig
 from posx.config.trust import check_trusted, is_recorded, recorded
+from posx.config.validate import validate
 from posx.errors import ConfigError, PosxError, one_line
 from posx.runtime.precision import PRECISIONS
 from posx.storage.checkpoint import check_identity

@@ -18,13 +18,18 @@ calls whatever a ``_target_`` names: ``torch.load`` with ``weights_only: false``
 A run's own files never grant trust: ``run.json`` records which prefixes its training needed
 (``needs_trust``), which only words the error message (a run trained before posx recorded it
 is told so, not suspected of an edited config).
+
+The refusal says how to trust a target in the caller's terms: ``--trust mypkg`` on the command
+line (the default), ``trust=['mypkg']`` from :mod:`posx.api` (:func:`trust_wording`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,34 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 class UntrustedTarget(ConfigError):
     """A run's config names code that is neither posx's nor trusted (exit code 2)."""
+
+
+def cli_trust(allow: str) -> str:
+    """How the command line trusts ``allow``: ``--trust mypkg``."""
+    return f"--trust {allow}"
+
+
+def api_trust(allow: str) -> str:
+    """How :mod:`posx.api`'s functions trust ``allow``: ``trust=['mypkg']``."""
+    return f"trust=[{allow!r}]"
+
+
+# How an UntrustedTarget message says to trust a target. A context variable, not only an
+# argument: the check runs deep inside posx.runs and posx.config.saved, and only the outermost
+# caller (the CLI, or posx.api) knows how its user passes trust.
+TRUST_WORDING: ContextVar[Callable[[str], str]] = ContextVar(
+    "posx_trust_wording", default=cli_trust
+)
+
+
+@contextmanager
+def trust_wording(how: Callable[[str], str]) -> Iterator[None]:
+    """Within the block, refusals say how to trust a target with ``how`` (:func:`api_trust`)."""
+    token = TRUST_WORDING.set(how)
+    try:
+        yield
+    finally:
+        TRUST_WORDING.reset(token)
 
 
 def trusted_prefixes(
@@ -153,13 +186,18 @@ def is_recorded(info: dict[str, Any]) -> bool:
     return isinstance(info.get("needs_trust"), list)
 
 
-def _why_untrusted(allow: str | None, recorded: Sequence[str] | None, unrecorded: bool) -> str:
+def _why_untrusted(
+    allow: str | None,
+    recorded: Sequence[str] | None,
+    unrecorded: bool,
+    how: Callable[[str], str] = cli_trust,
+) -> str:
     """Why a target is refused, as :func:`check_trusted`'s message says it."""
     if recorded is None:
         return "is not posx code"
     run = "is not posx code, and a run directory cannot ask to run code: "
     if allow:
-        return f"{run}the run was trained with it and needs --trust {allow}"
+        return f"{run}the run was trained with it and needs {how(allow)}"
     if unrecorded:
         # nothing suggests tampering: whether its training used this target is unknown
         return (
@@ -175,6 +213,7 @@ def check_trusted(
     source: str,
     recorded: Sequence[str] | None = (),
     unrecorded: bool = False,
+    how: Callable[[str], str] | None = None,
 ) -> None:
     """Refuses a config with a ``_target_`` that is neither posx's nor trusted.
 
@@ -187,10 +226,13 @@ def check_trusted(
             grants nothing. ``None``: the config is the user's own (eval-time overrides).
         unrecorded: The run's ``run.json`` has no ``needs_trust`` (:func:`is_recorded`):
             the message says so instead of suspecting an edited config.
+        how: How the message says to trust a target (:func:`cli_trust`'s ``--trust mypkg``,
+            :func:`api_trust`'s ``trust=['mypkg']``); default: :func:`trust_wording`'s.
 
     Raises:
         UntrustedTarget: One line naming the target and how to allow it.
     """
+    how = how or TRUST_WORDING.get()
     for where, target in config_targets(cfg):
         if is_trusted(target, prefixes):
             continue
@@ -198,9 +240,9 @@ def check_trusted(
             shown = OmegaConf.to_yaml(target).strip() if OmegaConf.is_config(target) else target
             raise UntrustedTarget(f"{source}: _target_ of {where} is not a dotted path: {shown!r}")
         allow = next((p for p in recorded or () if _under(target, p)), None)
-        why = _why_untrusted(allow, recorded, unrecorded)
+        why = _why_untrusted(allow, recorded, unrecorded, how)
         allow = allow or target
         raise UntrustedTarget(
-            f"{source}: {where} _target_ {target!r} {why}; if you trust it, pass --trust "
-            f"{allow} or set {ENV}={allow}"
+            f"{source}: {where} _target_ {target!r} {why}; if you trust it, pass {how(allow)} "
+            f"or set {ENV}={allow}"
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from posx.config.compose import parse_buckets
+from posx.config.validate import parse_buckets
 
 if TYPE_CHECKING:  # config validation imports this module; keep torch out of that path
     from posx.evaluation.protocol import Tally

@@ -28,13 +28,13 @@ from posx.config.compose import (
     config_dirs,
     eval_lengths,
     new_invocation,
-    one_line,
     register,
-    validate,
 )
+from posx.config.hints import one_line
 from posx.config.paths import dirs_of_searchpath, searchpath_override, user_config_dirs
 from posx.config.run_names import chosen_options, run_names
 from posx.config.trust import check_trusted
+from posx.config.validate import validate
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.evaluation.sweep import evaluate_run
 from posx.runs.evaluation import failures

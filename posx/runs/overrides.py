@@ -14,9 +14,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 
-from posx.config.compose import positive_lengths
 from posx.config.paths import GROUPS, choices
 from posx.config.schema import TYPED_NODES
+from posx.config.validate import positive_lengths
 from posx.errors import ConfigError, one_line
 
 # `encoding:alibi`: a setting written with a colon (not a Windows drive letter, not a URL)

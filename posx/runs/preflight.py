@@ -13,9 +13,11 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from posx.config.build import build_model, build_positions, build_task
-from posx.config.compose import ListValueError, check_group_value, compose, eval_lengths, validate
+from posx.config.compose import check_group_value, compose, eval_lengths
+from posx.config.hints import ListValueError
 from posx.config.paths import user_config_dirs
 from posx.config.trust import check_trusted
+from posx.config.validate import validate
 from posx.errors import ConfigError, PosxError
 from posx.runs.overrides import list_sweep, parse_overrides, unknown_flag
 from posx.runs.resources import (

@@ -11,7 +11,8 @@ import yaml
 from omegaconf import ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posx.config.compose import compose, one_line
+from posx.config.compose import compose
+from posx.config.hints import one_line
 from posx.config.paths import dirs_of_searchpath, user_config_dirs
 from posx.config.saved import check_loadable
 from posx.errors import ConfigError, PosxError

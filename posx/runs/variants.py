@@ -15,8 +15,8 @@ import torch
 from omegaconf import DictConfig
 
 from posx.config.build import build_model
-from posx.config.compose import validate
 from posx.config.saved import apply_overrides
+from posx.config.validate import validate
 from posx.errors import ConfigError
 from posx.evaluation.sweep import evaluate_run
 from posx.model.transformer import TransformerLM

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from posx.config.compose import compose, eval_lengths, positive_lengths, validate
+from posx.config.compose import compose, eval_lengths
 from posx.config.paths import choices
+from posx.config.validate import positive_lengths, validate
 from posx.errors import ConfigError
 from posx.runs import check_overrides, preflight
 from posx.runs.launch import sweep_dir_of

@@ -9,7 +9,7 @@ import pytest
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from posx.config.compose import check_group_value, compose, validate
+from posx.config.compose import check_group_value, compose
 from posx.config.paths import (
     CONFIG_DIR,
     choices,
@@ -17,6 +17,7 @@ from posx.config.paths import (
     user_config_dirs,
     user_config_targets,
 )
+from posx.config.validate import validate
 from posx.errors import ConfigError
 from posx.runs import check_overrides
 

@@ -13,7 +13,8 @@ import torch
 from omegaconf import OmegaConf
 
 from posx.config.build import build_model, build_positions, build_task
-from posx.config.compose import CONFIG_DIR, compose, validate
+from posx.config.compose import CONFIG_DIR, compose
+from posx.config.validate import validate
 from posx.errors import ConfigError
 from posx.training.loop import train
 from posx.training.losses import masked_loss

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from posx.config.compose import compose, key_hint
+from posx.config.compose import compose
+from posx.config.hints import key_hint
 
 
 def test_a_class_built_node_names_its_class_what_it_takes_and_who_has_the_key():

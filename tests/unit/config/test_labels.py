@@ -11,8 +11,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from posx.config.build import build_encoding
-from posx.config.compose import compose, validate
+from posx.config.compose import compose
 from posx.config.run_names import chosen_options, run_names
+from posx.config.validate import validate
 from posx.errors import ConfigError
 
 ALIBI = "posx.encodings.alibi.ALiBi"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import posx.config.saved as saved
-from posx.config.compose import compose, validate
+from posx.config.compose import compose
+from posx.config.validate import validate
 from posx.errors import ConfigError
 
 

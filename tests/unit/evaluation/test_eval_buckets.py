@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posx.config.compose import parse_buckets
+from posx.config.validate import parse_buckets
 from posx.errors import ConfigError
 from posx.evaluation.buckets import bucket_edges, bucket_rows
 from posx.evaluation.protocol import Tally

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from posx.claims.find import run_experiment
-from posx.config.compose import check_variant_lists, compose, validate
+from posx.config.compose import compose
+from posx.config.validate import check_variant_lists, validate
 from posx.errors import ConfigError
 from posx.runs.variants import check_variants
 
