@@ -225,7 +225,8 @@ def check(
     experiment: str = typer.Option(
         None,
         "--experiment",
-        help="Check this preset's claims only, on the runs that record it or record none.",
+        help="Check this preset's claims only, on the runs that record it (or, where none "
+        "does, on the runs that record no preset).",
     ),
     fmt: str = typer.Option(
         "rich",

@@ -73,10 +73,11 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         try:
             OmegaConf.update(cfg, o.key_or_group, o.value(), force_add=o.is_add())
         except OmegaConfBaseException as err:
-            raise ConfigError(
-                f"bad eval override {o.input_line!r}: {str(err).splitlines()[0]}"
-                + key_hint(cfg, o.key_or_group)
-            ) from err
+            # posx's hint (the nearest key, what the target class takes) says more than
+            # OmegaConf's first line; that line stays for errors the hint cannot explain
+            hint = key_hint(cfg, o.key_or_group)
+            reason = f": unknown setting '{o.key_or_group}'{hint}" if hint else f": {one_line(err)}"
+            raise ConfigError(f"bad eval override {o.input_line!r}{reason}") from err
     return cfg
 
 

@@ -44,10 +44,14 @@ def corpora(tmp_path: Path) -> Path:
 TRAIN_CASES = [
     (
         ["model.d_modle=30"],
-        "Key 'd_modle' not in 'ModelConfig'; did you mean 'model.d_model'? model keys: d_model,",
+        "unknown setting 'model.d_modle'; did you mean 'model.d_model'? model keys: d_model,",
     ),
     (["seedd=1"], "did you mean 'seed'? top-level keys: model, train, eval, encoding, task"),
-    (["encoding=alibi", "encoding.base=3"], "Key 'base' is not in struct; encoding keys: (none)"),
+    (
+        ["encoding=alibi", "encoding.base=3"],
+        "encoding (posx.encodings.alibi.ALiBi) has no setting 'base'; encoding keys: none "
+        "(n_heads comes from the model)",
+    ),
     (["train.batch_size=0"], "train.batch_size must be positive, got 0"),
     (["train.steps=-3"], "train.steps must be positive, got -3"),
     (["train.lr=abc"], "Value 'abc' of type 'str' could not be converted to Float"),

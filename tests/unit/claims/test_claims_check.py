@@ -125,10 +125,9 @@ def test_runs_of_other_presets_and_unnamed_runs_are_left_aside(tmp_path: Path):
     got = check_root(tmp_path / "results", [tmp_path / "conf"])
     assert [v.verdict for v in got.verdicts] == [FAILS]
     assert any("3 run(s) record no experiment" in n for n in got.notes)
-    # --experiment takes the unnamed runs too: they are newer runs of alibi's seeds with the
-    # same (no saved) config, so they replace them, and alibi's values now tie rope's
+    # --experiment NAME checks the runs that record NAME; the unnamed runs stay aside
     (v,) = check_root(tmp_path / "results", [tmp_path / "conf"], experiment="demo_claims").verdicts
-    assert v.verdict == INCONCLUSIVE and "seeds split" in v.reason
+    assert v.verdict == FAILS
 
 
 def test_no_preset_with_claims_under_the_root_is_an_error(tmp_path: Path):
