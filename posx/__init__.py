@@ -1,7 +1,8 @@
 """posx: does this positional encoding still work past the length it was trained on?
 
-``posx.compose``, ``posx.train``, ``posx.evaluate`` and ``posx.load_results`` (:mod:`posx.api`)
-are loaded on first use, so that ``import posx`` stays light and does nothing else.
+``posx.compose``, ``posx.train``, ``posx.evaluate``, ``posx.load_results`` and ``posx.report``
+(:mod:`posx.api`) are loaded on first use, so that ``import posx`` stays light and does nothing
+else.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 from posx.version import __version__ as __version__
 
-API = ("compose", "train", "evaluate", "load_results")
+API = ("compose", "train", "evaluate", "load_results", "report")
 
 
 def __getattr__(name: str) -> Any:

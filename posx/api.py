@@ -1,10 +1,12 @@
-"""posx from Python (a notebook): compose a config, train it, evaluate the run, load results.
+"""posx from Python (a notebook): compose a config, train it, evaluate the run, load results,
+report.
 
     import posx
     cfg = posx.compose("encoding=alibi", "task=copy", "train.steps=200")
     run = posx.train(cfg)                      # the run directory, as `posx train` makes it
     posx.evaluate(run, [64, 128, 256])          # eval.csv rows, as a DataFrame
     df = posx.load_results(cfg.root)            # every eval.csv row under the root
+    table = posx.report(cfg.root, html="report.html")  # `posx report`'s summary, as a DataFrame
 
 Runs made here are the same as the command line's: same directory names, ``run.json``,
 ``.hydra/config.yaml``, checkpoint and ``eval.csv``; ``posx eval`` and ``posx report`` read them.
@@ -24,18 +26,27 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posx.config.compose import compose as compose_config
 from posx.config.compose import config_dirs as config_dirs_of
-from posx.config.compose import new_invocation, one_line, register, validate
+from posx.config.compose import new_invocation, register
+from posx.config.hints import one_line
 from posx.config.paths import user_config_dirs
 from posx.config.run_names import chosen_options, run_name, run_names
-from posx.config.trust import trusted_prefixes
+from posx.config.trust import api_trust, trust_wording, trusted_prefixes
+from posx.config.validate import validate
 from posx.errors import Interrupted, PosxError
 from posx.report.data import load_evals
-from posx.runs import evaluate_runs, train_and_evaluate
+from posx.report.table import report
+from posx.runs import evaluate_runs, select_runs, train_and_evaluate
 from posx.runs.launch import mark_failed
 from posx.runs.preflight import check_buildable
 from posx.storage.results import atomic_write
 
-__all__ = ["compose", "evaluate", "load_results", "train"]
+__all__ = ["compose", "evaluate", "load_results", "report", "train"]
+
+# The config dirs given to compose() in this process, in order: evaluate()'s default, so that a
+# run composed with config_dirs=[...] evaluates without repeating them. Kept in memory, never
+# read from a run: the dirs a run directory records are not the user's and grant no trust
+# (posx.config.trust).
+_COMPOSED_DIRS: list[Path] = []
 
 
 def compose(*overrides: str, config_dirs: Sequence[str | Path] = ()) -> DictConfig:
@@ -53,6 +64,7 @@ def compose(*overrides: str, config_dirs: Sequence[str | Path] = ()) -> DictConf
         ConfigError: A bad override or value (one line).
     """
     dirs, rest = config_dirs_of(user_config_dirs(config_dirs), overrides)
+    _COMPOSED_DIRS.extend(d for d in dirs if d not in _COMPOSED_DIRS)
     cfg = compose_config(rest, dirs, hydra_node=True)
     chosen = chosen_options(cfg.hydra.runtime.choices, dirs)
     with open_dict(cfg):
@@ -103,8 +115,13 @@ def evaluate(
     overrides: Sequence[str] = (),
     device: str = "auto",
     trust: Sequence[str] = (),
+    config_dirs: Sequence[str | Path] | None = None,
 ) -> pd.DataFrame:
     """Evaluates a trained run at ``lengths`` (default: its ``eval.lengths``), as ``posx eval``.
+
+    A run's config is built only from posx's classes and those you trust, as ``posx eval``
+    does (:mod:`posx.config.trust`): the ``_target_``s named in your config dirs' yamls,
+    ``trust``, and ``POSX_TRUST``.
 
     Args:
         run: The run directory.
@@ -112,16 +129,33 @@ def evaluate(
         overrides: Eval-time overrides (``"encoding.scaling.type=yarn"``), recorded per row.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         trust: Module prefixes (or exact targets) whose ``_target_`` classes may be built besides
-            posx's own, as ``posx eval --trust`` (with ``POSX_TRUST`` and the user's config
-            dirs; see :mod:`posx.config.trust`).
+            posx's own and your config dirs', as ``posx eval --trust``.
+        config_dirs: Your config directories, as ``posx --config-dir`` (``POSX_CONFIG_PATH``'s
+            are added). Default: those given to :func:`compose` in this process.
 
     Returns:
         The rows written to the run's ``eval.csv``, one per length.
+
+    Raises:
+        UntrustedTarget: The run names a class you have not trusted; the message says which
+            ``trust=[...]`` allows it.
+        PosxError: Not a trained run, or a length it cannot be evaluated at.
     """
+    run_dir = Path(run)
     lengths_ = list(lengths) if lengths else None
-    trusted = trusted_prefixes(trust)
-    done = evaluate_runs([Path(run)], lengths_, list(overrides), device, trust=trusted)
-    return pd.DataFrame(done[Path(run)])
+    given = _live(_COMPOSED_DIRS) if config_dirs is None else list(config_dirs)
+    trusted = trusted_prefixes(trust, user_config_dirs(given))
+    with trust_wording(api_trust):  # refusals say trust=[...], not the CLI's --trust
+        # the checks `posx eval RUN` makes before any work (a run, with a checkpoint, trusted)
+        chosen = select_runs([run_dir], run_dir.parent, list(overrides), trusted)
+        done = evaluate_runs(chosen.runs, lengths_, list(overrides), device, trust=trusted)
+    return pd.DataFrame(done[run_dir])
+
+
+def _live(dirs: Sequence[Path]) -> list[Path]:
+    """The directories of ``dirs`` that still exist: one removed since it was composed with is
+    nobody's config any more, and must not fail an unrelated evaluation."""
+    return [d for d in dirs if d.is_dir()]
 
 
 def load_results(root: str | Path = "results") -> pd.DataFrame:

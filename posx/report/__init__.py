@@ -11,6 +11,12 @@ tasks), ``export`` (rich, Markdown, LaTeX, CSV), ``html`` (one self-contained pa
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Any
+
+import pandas as pd
+
 from posx.report.build import Report, make_report
 from posx.report.data import metric_by_task
 from posx.report.export import to_csv, to_latex, to_markdown, to_rich
@@ -27,6 +33,7 @@ from posx.report.output import (
     shows_tables,
     write_report_plots,
 )
+from posx.report.table import report
 from posx.report.tables import Section, pivot, summarize
 
 __all__ = [
@@ -41,6 +48,7 @@ __all__ = [
     "output_format",
     "pivot",
     "render",
+    "report",
     "report_figures",
     "report_plots",
     "rich_renderables",
@@ -52,3 +60,15 @@ __all__ = [
     "to_rich",
     "write_report_plots",
 ]
+
+
+class _CallablePackage(types.ModuleType):
+    """This package, callable as :func:`posx.report.table.report`: ``posx.report`` names the
+    notebook function (:mod:`posx.api`) and this package, and importing the package binds the
+    name to it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        return report(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

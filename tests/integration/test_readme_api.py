@@ -24,4 +24,8 @@ def test_readme_python_example_runs(doc_blocks, tmp_path, monkeypatch, capsys):
     assert list(rows["eval_length"]) == [16, 32, 64] and set(rows["status"]) == {"ok"}
     assert set(df["encoding"]) == {"alibi"} and sorted(df["eval_length"]) == [16, 32, 64]
     assert pd.read_csv(run / "eval.csv")["eval_length"].tolist() == [16, 32, 64]
-    assert "alibi" in capsys.readouterr().out  # the printed pivot
+    assert "alibi" in capsys.readouterr().out  # the printed pivot and report table
+    table = scope["table"]  # posx.report's summary: one row per eval length of the one run
+    assert isinstance(table, pd.DataFrame) and set(table["encoding"]) == {"alibi"}
+    assert sorted(table["eval_length"]) == [16, 32, 64] and table["mean"].notna().all()
+    assert "alibi" in (tmp_path / "report.html").read_text()
