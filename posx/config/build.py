@@ -138,8 +138,8 @@ def build_encoding(cfg: DictConfig) -> PositionalEncoding:
     if needed:
         raise ConfigError(
             f"encoding {cfg.encoding._target_} needs {', '.join(needed)} from the model, which "
-            "posx passes to a partial only: add `_partial_: true` to its yaml "
-            "(or, on the command line, encoding=nope encoding._target_=... +encoding._partial_=true)"
+            "posx passes to a partial only: add `_partial_: true` to its yaml (or, on the "
+            "command line, encoding=nope encoding._target_=... +encoding._partial_=true)"
         )
     made = _instantiate(cfg.encoding, "encoding")
     if not isinstance(made, PositionalEncoding) and callable(made):
