@@ -159,7 +159,8 @@ def test_misspelled_eval_override_names_the_keys_there_are(run_copy):
     before = snapshot(run_copy)
     code, err = run_cli("eval", str(run_copy), "encoding.bse=4")
     line = one_line(err)
-    assert code == 2 and "bad eval override 'encoding.bse=4': unknown setting 'encoding.bse'" in line
+    assert code == 2, line
+    assert "bad eval override 'encoding.bse=4': unknown setting 'encoding.bse'" in line
     assert "did you mean 'encoding.base'? encoding keys: base, rotary_fraction" in line, line
     assert snapshot(run_copy) == before
 
