@@ -5,7 +5,8 @@ VENV        ?= .venv
 # e.g. `make install TORCH_SPEC="torch==2.13.0" TORCH_INDEX=https://download.pytorch.org/whl/cu126`.
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
-# pytest-xdist workers for make test / test-slow (auto = one per core; 0 runs in one process)
+# pytest-xdist workers for make test / test-slow (auto = one per core; 0 runs in one process);
+# --dist loadscope keeps a module on one worker, so its module-scoped fixtures are built once
 TEST_WORKERS ?= auto
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.posx-installed
@@ -32,10 +33,10 @@ demo: $(STAMP) ## Train nope/sinusoidal/rope/alibi at 64 bytes, evaluate at 64..
 	@bash scripts/demo.sh
 
 test: $(STAMP) ## Run the test suite on every core (slow tests excluded; TEST_WORKERS=0 for one process)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: $(STAMP) ## Run only the slow tests (every one guards a user-facing path; CI runs them too)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m slow
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m slow
 
 test-gpu: $(STAMP) ## Run the tests that need a CUDA GPU (tests/gpu; they skip without one)
 	$(BIN)/python -m pytest -q -m cuda
