@@ -16,6 +16,7 @@ from posx.config.hints import one_line
 from posx.config.paths import dirs_of_searchpath, user_config_dirs
 from posx.config.saved import check_loadable
 from posx.errors import ConfigError, PosxError
+from posx.runs.evaluation import check_data
 from posx.runs.launch import run_train
 from posx.storage.checkpoint import verify_checkpoint
 from posx.storage.results import check_writable, run_info
@@ -76,6 +77,8 @@ def run_resume(
     if done:
         print(done, flush=True)
         return
+    # Training goes on (or its evaluation does) on the corpus it started with, or not at all.
+    check_data(run_dir, [], trust)
     run_train([*overrides, "train.resume=true", f"hydra.run.dir={run_dir}"], debug, dirs, trust)
 
 

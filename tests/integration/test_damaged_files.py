@@ -146,6 +146,20 @@ def test_eval_refuses_a_run_whose_corpus_changed(posx, changed_corpus, tmp_path)
     assert snapshot(run) == before
 
 
+def test_resume_refuses_a_run_whose_corpus_changed(posx, changed_corpus, tmp_path):
+    """A run killed after training, before its evaluation, resumes into that evaluation: on an
+    edited corpus it would score other text, so `posx resume` refuses it as `posx eval` does."""
+    run = changed_corpus
+    (run / "eval.csv").unlink()
+    (run / "eval_positions.csv").unlink(missing_ok=True)
+    before = snapshot(run)
+    result = posx("resume", str(run), cwd=tmp_path)
+    line = error_line(result)
+    assert result.returncode == 1, result.stderr
+    assert "the corpus 'corpus.txt' has changed since the run was trained" in line, line
+    assert snapshot(run) == before
+
+
 def test_eval_of_a_changed_corpus_on_request_records_it(posx, changed_corpus, tmp_path):
     """Evaluating on the corpus as it is now is an eval-time override, recorded in the row."""
     run = changed_corpus
