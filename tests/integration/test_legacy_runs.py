@@ -28,7 +28,7 @@ def run_of(root: Path, seed: int) -> Path:
 
 def read_rows(path: Path) -> pd.DataFrame:
     return (
-        pd.read_csv(path, keep_default_na=False, na_values=[""])
+        pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"overrides": str})
         .fillna({"overrides": ""})
         .set_index(KEYS)
     )
