@@ -47,6 +47,7 @@ from posx.storage.checkpoint import checkpoint_dir
 from posx.storage.results import write_json
 from posx.tracking import Trackers, check_loggers, open_trackers
 from posx.training.loop import train
+from posx.training.progress import tagged
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,8 @@ def train_and_evaluate(
         result = train(cfg, run_dir, names, on_log=tracked.log_train)
         if cfg.train.eval_at_end and w.is_main:
             lengths = eval_lengths(cfg)
-            log.info(f"evaluating at L={','.join(map(str, lengths))} ({cfg.eval.mode} mode)")
+            at = ",".join(map(str, lengths))
+            log.info(tagged(f"evaluating at L={at} ({cfg.eval.mode} mode)"))
             rows = evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
             # eval.variants: the same weights under eval-time overrides, one row set each
             others = evaluate_variants(cfg, run_dir, result.model, result.task, lengths)

@@ -38,7 +38,7 @@ from posx.storage.results import write_csv
 from posx.tasks.base import Task
 from posx.training.losses import masked_loss
 from posx.training.optim import grad_norm, lr_at, make_optimizer
-from posx.training.progress import TrainProgress
+from posx.training.progress import TrainProgress, tagged
 from posx.training.record import RunRecord, StepResult, Throughput, metrics_row, run_meta
 from posx.training.resume import StopOnInterrupt, restore, rng_states
 
@@ -194,12 +194,10 @@ def prepare(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, int, int, list[dic
 def _announce(step: int, steps: int, device: torch.device) -> None:
     """Logs how many steps this invocation trains (none when resuming a finished run)."""
     if step >= steps:  # `posx resume` of a run whose training is complete
-        log.info(f"already trained: the checkpoint is at step {step} of {steps}")
+        log.info(tagged(f"already trained: the checkpoint is at step {step} of {steps}"))
     else:
-        log.info(
-            f"training {steps - step} steps on {device.type}"
-            + (f" from step {step}" if step else "")
-        )
+        from_step = f" from step {step}" if step else ""
+        log.info(tagged(f"training {steps - step} steps on {device.type}{from_step}"))
 
 
 def _publish(

@@ -56,6 +56,13 @@ def sweep_job() -> SweepJob:
     return SweepJob(Path(hc.runtime.output_dir).name, launcher != SEQUENTIAL_LAUNCHER)
 
 
+def tagged(message: str, job: SweepJob | None = None) -> str:
+    """``message`` prefixed with ``[run name]`` in a multirun, whose jobs' lines may interleave
+    (``job``: default, this process's :func:`sweep_job`)."""
+    tag = (job or sweep_job()).tag
+    return f"[{tag}] {message}" if tag else message
+
+
 def stdout_is_terminal() -> bool:
     """Whether stdout is an interactive terminal (rich's view: FORCE_TERMINAL, Jupyter, tty)."""
     return Console().is_terminal
@@ -135,7 +142,5 @@ class TrainProgress:
         self.last_line = now
         done = step - self.start
         eta = (now - self.began) / done * (self.total - step) if done > 0 else math.nan
-        line = progress_line(step, self.total, row, eta)
-        if self.job.tag:
-            line = f"[{self.job.tag}] {line}"
+        line = tagged(progress_line(step, self.total, row, eta), self.job)
         log.info(line, extra={"console": self.lines_on_console})

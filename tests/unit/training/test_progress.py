@@ -133,3 +133,21 @@ def test_eval_table(metric):
         "  L=128   0.7500  ×1.50",
         "  L=1024  unsupported: too long",
     ]
+
+
+def test_a_sweep_job_names_its_run_in_the_other_lines_it_logs_too(caplog, hydra_job):
+    """Besides the step lines, "training N steps" and "evaluating at" interleave too."""
+    import logging
+
+    import torch
+
+    from posx.training.loop import _announce
+    from posx.training.progress import tagged
+
+    hydra_job("MULTIRUN", JOBLIB)
+    with caplog.at_level(logging.INFO):
+        _announce(0, 30, torch.device("cpu"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "[copy_nope_L16_s0_1] training 30 steps on cpu"
+    ]
+    assert tagged("evaluating at L=16") == "[copy_nope_L16_s0_1] evaluating at L=16"
