@@ -27,7 +27,6 @@ from posx.config.paths import (
 )
 from posx.config.run_names import run_name_resolver
 from posx.config.schema import PosxConfig
-from posx.config.validate import validate  # noqa: F401  (posx/api.py imports it from here until it moves)
 from posx.errors import ConfigError
 
 

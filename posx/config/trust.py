@@ -213,7 +213,6 @@ def check_trusted(
     source: str,
     recorded: Sequence[str] | None = (),
     unrecorded: bool = False,
-    how: Callable[[str], str] | None = None,
 ) -> None:
     """Refuses a config with a ``_target_`` that is neither posx's nor trusted.
 
@@ -226,13 +225,11 @@ def check_trusted(
             grants nothing. ``None``: the config is the user's own (eval-time overrides).
         unrecorded: The run's ``run.json`` has no ``needs_trust`` (:func:`is_recorded`):
             the message says so instead of suspecting an edited config.
-        how: How the message says to trust a target (:func:`cli_trust`'s ``--trust mypkg``,
-            :func:`api_trust`'s ``trust=['mypkg']``); default: :func:`trust_wording`'s.
 
     Raises:
         UntrustedTarget: One line naming the target and how to allow it.
     """
-    how = how or TRUST_WORDING.get()
+    how = TRUST_WORDING.get()  # --trust mypkg, or trust=['mypkg'] within trust_wording()
     for where, target in config_targets(cfg):
         if is_trusted(target, prefixes):
             continue

@@ -173,7 +173,9 @@ def evaluate_runs(
         Interrupted: Ctrl-C; the runs evaluated before it keep their rows.
     """
     for run in runs:  # before any work; runs chosen by select_runs passed these already
-        check_data(run, overrides, trust)  # posx.api.evaluate comes here directly
+        # select_runs checked these for posx eval and posx.evaluate; a direct caller did not
+        # (load_corpus caches the bytes, so the second check costs no read)
+        check_data(run, overrides, trust)
         check_eval_memory(run, lengths, overrides, device, max_memory, trust)
     done: dict[Path, list[dict[str, Any]]] = {}
     for run in runs:
