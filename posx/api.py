@@ -37,6 +37,7 @@ from posx.report.data import load_evals
 from posx.report.table import report
 from posx.runs import evaluate_runs, select_runs, train_and_evaluate
 from posx.runs.launch import mark_failed
+from posx.runs.overrides import eval_lengths_override
 from posx.runs.preflight import check_buildable
 from posx.storage.results import atomic_write
 
@@ -142,7 +143,8 @@ def evaluate(
         PosxError: Not a trained run, or a length it cannot be evaluated at.
     """
     run_dir = Path(run)
-    lengths_ = list(lengths) if lengths else None
+    # eval.lengths=[...] is the lengths to evaluate, as `posx eval` reads it
+    lengths_, overrides = eval_lengths_override(overrides, list(lengths) if lengths else None)
     given = _live(_COMPOSED_DIRS) if config_dirs is None else list(config_dirs)
     trusted = trusted_prefixes(trust, user_config_dirs(given))
     with trust_wording(api_trust):  # refusals say trust=[...], not the CLI's --trust

@@ -141,3 +141,11 @@ def test_report_is_callable_after_its_package_is_imported():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_evaluate_takes_eval_lengths_as_lengths_as_the_cli_does(user_run, no_env_trust):
+    """``eval.lengths=[...]`` means the lengths to evaluate, not a setting recorded per row."""
+    run, _ = user_run
+    rows = posx.evaluate(run, overrides=["eval.lengths=[8,24]"])
+    assert list(rows["eval_length"]) == [8, 24]
+    assert set(rows["overrides"].fillna("")) == {""}
