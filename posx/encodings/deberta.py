@@ -16,6 +16,7 @@ with the relative distance ``d(i,j) = clip(i - j + k, 0, 2k - 1)`` (the paper's 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -24,10 +25,18 @@ from posx.encodings.per_layer import PerLayer
 from posx.kernels.blocked import (
     MAX_BLOCK_ELEMENTS,
     FarKeys,
+    ScoresFn,
     blocked_attend,
+    consecutive_positions,
     integer_distance,
     per_query,
+    relative_shift,
+    relative_shift_keys,
 )
+
+# Keys per p2c product on the path by distance (at least the block's queries): a product of c
+# keys spans c + bq - 1 distances, so larger chunks waste more, smaller ones make more calls.
+P2C_KEY_CHUNK = 128
 
 
 def log_bucket_position(distance: Tensor, buckets: int, max_position: int) -> Tensor:
@@ -166,6 +175,11 @@ class DeBERTa(PerLayer):
         # and K^r transposed once rather than copied transposed in every block's matmul.
         q_scaled, q_r_scaled = q * scale, q_r * scale
         k_t, k_r_t = k.transpose(-1, -2).contiguous(), k_r.transpose(-1, -2).contiguous()
+        if consecutive_positions(q_pos, k_pos):
+            scores = self._shifted_scores(q_scaled, k, k_t, k_r, q_r_scaled)
+            return blocked_attend(
+                v, scores, self.block_size, far=self._far(q, k, q_r, k_r, q_pos, k_pos, scale)
+            )
         # p2c's K^c_j . Q^r_r for every key at once, key-major ([b, h, s, 2span]: linear in s),
         # when it fits the block budget; per block it was recomputed for all 2span rows over
         # keys that the next blocks' bands share. Key-major, each key's gather reads one row.
@@ -189,8 +203,24 @@ class DeBERTa(PerLayer):
                 p2c = torch.gather(key_rows, -1, per_query(idx_t, key_rows)).transpose(-1, -2)
             return content.add_(p2c), None
 
-        # From far_distance on, delta(i, j) is the last row and delta(j, i) the first: c2p is
-        # q_i . K^r_last per query, p2c is K^c_j . Q^r_0, folded into the queries.
+        return blocked_attend(
+            v, scores, self.block_size, far=self._far(q, k, q_r, k_r, q_pos, k_pos, scale)
+        )
+
+    def _far(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_r: Tensor,
+        k_r: Tensor,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        scale: float,
+    ) -> Callable[[], FarKeys]:
+        """From ``far_distance`` on, ``delta(i, j)`` is the last row and ``delta(j, i)`` the
+        first: c2p is ``q_i . K^r_last`` per query, p2c is ``K^c_j . Q^r_0``, folded into the
+        queries."""
+
         def far() -> FarKeys:
             return FarKeys(
                 distance=self.far_distance,
@@ -202,7 +232,49 @@ class DeBERTa(PerLayer):
                 logit_offset=(q @ k_r[:, -1:].transpose(-1, -2)).squeeze(-1) * scale,
             )
 
-        return blocked_attend(v, scores, self.block_size, far=far)
+        return far
+
+    def _shifted_scores(
+        self, q_scaled: Tensor, k: Tensor, k_t: Tensor, k_r: Tensor, q_r_scaled: Tensor
+    ) -> ScoresFn:
+        """Block scores at consecutive positions: c2p and p2c as shifted views, no gathers.
+
+        Every pair's distance, future pairs included, lies in ``[1 - s, s - 1]``. With the rows
+        of ``K^r`` (for c2p, distances from ``s - 1`` down) and of ``Q^r`` (for p2c, distances
+        from ``1 - s`` up) laid out per distance once per layer (``O(s d)``), a block's
+        product with the distances it spans holds every pair at a fixed offset
+        (:func:`relative_shift`, :func:`relative_shift_keys`): c2p is one matmul over the
+        ``keys + block - 1`` distances the block spans instead of all ``2k`` rows, p2c one per
+        chunk of keys, and neither term nor its gradient needs a gather, a scatter or a
+        zero-filled ``[block, 2k]`` table.
+        """
+        span, buckets = self.max_relative_positions, self.position_buckets
+        s = k.shape[-2]
+        distance = torch.arange(s - 1, -s, -1, device=k.device)  # s - 1 down to 1 - s
+        zero = torch.zeros(1, dtype=torch.long, device=k.device)
+        c2p_rows = deberta_index(distance, zero, span, buckets).squeeze(-1)  # delta(i, j)
+        p2c_rows = deberta_index(zero, distance.flip(0), span, buckets).squeeze(0)  # delta(j, i)
+        k_r_t = k_r[:, c2p_rows].transpose(-1, -2).contiguous()  # [h, d_h, 2s - 1]
+        q_r_t = q_r_scaled[:, p2c_rows].transpose(-1, -2).contiguous()
+
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            qb = q_scaled[..., i0:i1, :]
+            content = qb @ k_t[..., j0:i1]  # [b, h, bq, i1 - j0]
+            # c2p: distances i1 - 1 - j0 down to i0 + 1 - i1
+            c2p = qb @ k_r_t[..., s - i1 + j0 : s - 1 - i0 + i1]
+            content.add_(relative_shift(c2p, i1 - j0))
+            # p2c, key-major, by chunks of keys: a key sees only the block's queries, so one
+            # product over all of the block's distances would be [keys, keys + bq - 1] (square
+            # in the keys); a chunk of c keys spans c + bq - 1 distances, upwards.
+            chunk = max(i1 - i0, P2C_KEY_CHUNK)
+            for c0 in range(0, i1 - j0, chunk):
+                c1 = min(i1 - j0, c0 + chunk)
+                cols = q_r_t[..., s + i0 - j0 - c1 : s + i1 - 1 - j0 - c0]
+                p2c = k[..., j0 + c0 : j0 + c1, :] @ cols  # [b, h, c1 - c0, c1 - c0 + bq - 1]
+                content[..., c0:c1].add_(relative_shift_keys(p2c, i1 - i0))
+            return content, None
+
+        return scores
 
     def extra_repr(self) -> str:
         return f"k={self.max_relative_positions}, buckets={self.position_buckets}"

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posx.encodings.base import add_head_dim, as_float, relative_distance
+from posx.encodings.base import add_head_dim, as_float, relative_distance, values_are_concrete
 from posx.encodings.per_layer import PerLayer
 
 
@@ -89,10 +89,63 @@ class FIRE(PerLayer):
         return rel / norm.unsqueeze(-1)
 
     def layer_bias(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
-        x = self.normalized_distance(q_pos, k_pos, layer).unsqueeze(-1)  # [(b,) sq, sk, 1]
+        x = self.normalized_distance(q_pos, k_pos, layer)  # [(b,) sq, sk]
+        if not torch.is_grad_enabled() and values_are_concrete(x):
+            return self._piecewise_bias(x, layer)
+        x = x.unsqueeze(-1)  # [(b,) sq, sk, 1]
         hidden = F.relu(x * self.w1[layer] + self.b1[layer])  # [(b,) sq, sk, width]
         out = F.linear(hidden, self.w2[layer], self.b2[layer])  # [(b,) sq, sk, h]
         return add_head_dim(out)
+
+    def _piecewise_bias(self, x: Tensor, layer: int) -> Tensor:
+        """The MLP as the piecewise-linear function of ``x`` it is, for evaluation.
+
+        ``f(x) = W2 relu(w1 x + b1) + b2`` with a scalar ``x``: between two of the hidden
+        units' kinks ``-b1/w1`` the set of active units is fixed, so ``f`` is ``A x + B`` per
+        head with ``A``, ``B`` summed over that set (computed in float64, ``width + 1``
+        segments). Per pair that is a search among the kinks and two reads per head instead
+        of a ``width``-wide hidden layer: what made FIRE the slowest encoding at long lengths
+        (its bias cannot be tabulated by distance). Same values up to rounding; no gradient
+        (training keeps the MLP, whose gradient at a kink this would not reproduce).
+
+        Args:
+            x: Normalised distances ``[(b,) sq, sk]``.
+            layer: Index of this layer's parameter set.
+
+        Returns:
+            ``[(b,) h, sq, sk]``, contiguous.
+        """
+        slopes, intercepts, kinks = self._segments(layer)
+        segment = torch.searchsorted(kinks, x.contiguous()).flatten(-2)  # [(b,) sq * sk]
+        # Slopes and intercepts in one table, read with one gather whose index is shared by
+        # the heads (an expanded index: as posx.kernels.blocked.distance_block).
+        table = torch.cat((slopes, intercepts))  # [2h, width + 1]
+        lead = segment.shape[:-1]  # (b,) or ()
+        table = table.view(2 * self.n_heads, *(1 for _ in lead), -1).expand(-1, *lead, -1)
+        both = torch.gather(table, -1, segment.expand(2 * self.n_heads, *segment.shape))
+        slope, intercept = both.view(2, self.n_heads, *x.shape).unbind(0)
+        bias = torch.addcmul(intercept, slope, x)  # [h, (b,) sq, sk]
+        return bias.transpose(0, 1).contiguous() if x.dim() == 3 else bias
+
+    def _segments(self, layer: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Slopes and intercepts ``[h, width + 1]`` (float32) of the MLP on each segment
+        between its sorted kinks ``[width]`` (float32; a unit that never turns is given a kink
+        that no ``x`` reaches, so its segments coincide)."""
+        w1, b1 = self.w1[layer].double(), self.b1[layer].double()
+        w2, b2 = self.w2[layer].double(), self.b2[layer].double()
+        kinks = torch.where(w1 != 0, -b1 / w1.where(w1 != 0, 1.0), torch.inf).sort().values
+        finite = kinks[kinks.isfinite()]
+        if finite.numel() == 0:
+            finite = kinks.new_zeros(1)
+        # one point inside each segment: below the first kink, between neighbours, above the last
+        inner = torch.where(kinks.isfinite(), kinks, finite.max() + 1.0)
+        points = torch.cat(
+            (inner[:1] - 1.0, (inner[:-1] + inner[1:]) / 2, inner[-1:] + 1.0)
+        )  # [width + 1]
+        active = (points.unsqueeze(-1) * w1 + b1 > 0).double()  # [width + 1, width]
+        slopes = (w2 * w1) @ active.T  # [h, width + 1]
+        intercepts = (w2 * b1) @ active.T + b2.unsqueeze(-1)
+        return slopes.float(), intercepts.float(), kinks.float()
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, width={self.width}, {super().extra_repr()}"

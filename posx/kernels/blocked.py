@@ -158,8 +158,13 @@ def blocked_attend(
                 out = out + value_fn(probs, ctx).to(v.dtype)
             outputs.append(out)
             continue
-        near_lse = torch.logsumexp(logits, dim=-1)  # [b, h, bq]
-        probs = torch.exp(logits - near_lse.unsqueeze(-1))
+        # The block's own softmax, in place, with its log-sum-exp: one exp pass over the
+        # block (logsumexp and a second exp of logits - lse made two, and two new tensors).
+        peak = logits.amax(dim=-1, keepdim=True)
+        probs = logits.sub_(peak).exp_()
+        total = probs.sum(dim=-1, keepdim=True)
+        probs.div_(total)
+        near_lse = (peak + total.log()).squeeze(-1)  # [b, h, bq]
         near = probs @ v[..., j0:i1, :].float()
         if value_fn is not None:
             near = near + value_fn(probs, ctx).float()
@@ -269,6 +274,31 @@ def relative_shift(rel: Tensor, keys: int) -> Tensor:
         raise ValueError(f"relative_shift needs {keys + bq - 1} distances, got {rel.shape[-1]}")
     size, stride = (*rel.shape[:-1], keys), (*rel.stride()[:-2], rel.stride(-2) - 1, 1)
     return rel.as_strided(size, stride, rel.storage_offset() + bq - 1)
+
+
+def relative_shift_keys(rel: Tensor, queries: int) -> Tensor:
+    """:func:`relative_shift` for a product taken key-major, distances increasing.
+
+    For ``queries`` queries and a run of ``keys`` keys, each at consecutive positions, the
+    scores of every key against every distance their pairs span, from the smallest (query 0,
+    last key: column 0) up, are ``rel [.., keys, keys + queries - 1]``; the pair of query ``r``
+    and key ``c`` lies at column ``keys - 1 + r - c`` of row ``c``: a strided view of ``rel``,
+    already in ``[.., queries, keys]`` order (no transpose or copy).
+
+    Args:
+        rel: ``[.., keys, keys + queries - 1]``, distances increasing along the last dim.
+        queries: Queries of the block.
+
+    Returns:
+        ``[.., queries, keys]`` with ``out[.., r, c] = rel[.., c, keys - 1 + r - c]``.
+    """
+    rel = rel.contiguous()
+    keys = rel.shape[-2]
+    width = keys + queries - 1
+    if rel.shape[-1] != width:
+        raise ValueError(f"relative_shift_keys needs {width} distances, got {rel.shape[-1]}")
+    size, stride = (*rel.shape[:-2], queries, keys), (*rel.stride()[:-2], 1, width - 1)
+    return rel.as_strided(size, stride, rel.storage_offset() + keys - 1)
 
 
 def distance_block(table: Tensor, i0: int, i1: int) -> Tensor:

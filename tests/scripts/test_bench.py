@@ -155,7 +155,7 @@ def test_short_run_writes_both_tables(tmp_path):
 @pytest.mark.parametrize(
     ("args", "text"),
     [
-        (["--encodings", "nope,bogus"], "unknown encoding bogus; choose from alibi"),
+        (["--encodings", "nope,bogus"], "unknown encoding bogus; choose from "),
         (["--models", "huge"], "unknown model huge; choose from small, tiny"),
         (["--eval-factors", "1,x"], "--eval-factors takes integers"),
         (["--rounds", "0"], "must be >= 1"),
@@ -184,3 +184,30 @@ def test_eval_phase_alone(tmp_path):
     assert set(data.variant) == {"reference", "posx/nope", "posx/shaw"}
     bad = run("--phases", "train,test")
     assert bad.returncode == 2 and "--phases" in bad.stderr
+
+
+def test_attend_encodings_have_issue_34_targets(bench):
+    """Training: 0.7 for an encoding that computes attention itself; evaluation: 0.5 on the
+    tiny model at 16x the training length, and no target at other lengths."""
+    train = _rows({"reference": [(1.0, 1.0)] * 3, "posx/shaw": [(1 / 0.72, 1.0)] * 3}, {}).assign(
+        attend_encoding=lambda d: d.encoding == "shaw", length_factor=1
+    )
+    table = bench.ratios(train).set_index("encoding")
+    assert table.loc["shaw", "target_vs_reference"] == 0.7
+    assert table.loc["shaw", "meets_target"] == True  # noqa: E712 - numpy's bool
+    evals = []
+    for factor, speed in ((16, 0.45), (4, 0.45)):
+        rows = _rows({"reference": [(1.0, 1.0)] * 3, "posx/shaw": [(1 / speed, 1.0)] * 3}, {})
+        evals.append(
+            rows.assign(
+                phase="eval",
+                length=64 * factor,
+                length_factor=factor,
+                attend_encoding=lambda d: d.encoding == "shaw",
+            )
+        )
+    table = bench.ratios(pd.concat(evals)).set_index(["length", "encoding"])
+    assert table.loc[(1024, "shaw"), "target_vs_reference"] == 0.5
+    assert table.loc[(1024, "shaw"), "meets_target"] == False  # noqa: E712 - 0.45 < 0.5
+    assert math.isnan(table.loc[(256, "shaw"), "target_vs_reference"])
+    assert table.loc[(256, "shaw"), "meets_target"] == ""

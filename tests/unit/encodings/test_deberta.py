@@ -100,7 +100,8 @@ def test_shared_table_per_layer_projections_and_bad_buckets():
 
 def test_p2c_of_every_key_is_computed_once_per_layer(monkeypatch):
     """Within the budget, K^c . Q^r is one product for all keys, not one per query block
-    (blocks of 2 queries made 4 here, each over all 2k relative rows)."""
+    (blocks of 2 queries made 4 here, each over all 2k relative rows), where positions are
+    not consecutive (those read both terms by distance, test_deberta_shift.py)."""
     enc = DeBERTa(d_model=H * D, n_heads=H, n_layers=1, max_relative_positions=3, block_size=2)
     q, k, v = (torch.randn(1, H, S, D) for _ in range(3))
     products = []
@@ -112,8 +113,9 @@ def test_p2c_of_every_key_is_computed_once_per_layer(monkeypatch):
         return real_matmul(a, b)
 
     monkeypatch.setattr(torch.Tensor, "__matmul__", counting)
+    gapped = torch.tensor([0, 1, 2, 5, 6, 9, 10])  # consecutive positions take no table
     with torch.no_grad():
-        enc.attend(q, k, v, torch.arange(S), torch.arange(S))
+        enc.attend(q, k, v, gapped, gapped)
     # one K^r product per block (c2p, [bq, 2k]) and a single p2c product over all S keys
     p2c = [shapes for shapes in products if shapes[0][-2] == S]
     assert len(p2c) == 1, products

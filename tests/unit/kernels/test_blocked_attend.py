@@ -23,6 +23,7 @@ from posx.kernels.blocked import (
     gather_relative,
     mask_future_,
     relative_shift,
+    relative_shift_keys,
 )
 
 B, H, S, D = 2, 4, 23, 8
@@ -188,6 +189,19 @@ def test_relative_shift_is_the_gather_by_distance(bq, keys):
     torch.testing.assert_close(relative_shift(rel, keys), gather_relative(rel, index))
     with pytest.raises(ValueError, match="distances"):
         relative_shift(rel, keys + 1)
+
+
+@pytest.mark.parametrize("bq,keys", [(1, 1), (1, 5), (3, 3), (4, 9), (8, 8), (9, 4)])
+def test_relative_shift_keys_is_the_key_major_gather_by_distance(bq, keys):
+    """Key-major, distances increasing: query r and key c read column keys - 1 + r - c of
+    key c's row, already laid out as [query, key]."""
+    rel = torch.randn(2, 3, keys, keys + bq - 1)
+    r, c = torch.arange(bq).unsqueeze(-1), torch.arange(keys)
+    index = (keys - 1 + r - c).expand(bq, keys).T  # per key row: the column of each query
+    want = gather_relative(rel, index).transpose(-1, -2)
+    torch.testing.assert_close(relative_shift_keys(rel, bq), want)
+    with pytest.raises(ValueError, match="distances"):
+        relative_shift_keys(rel, bq + 1)
 
 
 def test_consecutive_positions():
