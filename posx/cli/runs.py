@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -126,13 +127,66 @@ def eval_(
     max_memory: str = typer.Option(
         None, "--max-memory", help="Memory an evaluation may use, e.g. 8G (default: available)."
     ),
+    variant: list[str] = typer.Option(
+        None,
+        "--variant",
+        help="hf: models: a RoPE scaling, TYPE:FACTOR (yarn:4, linear:2, ntk:4, "
+        "dynamic_ntk:2, llama3:8) or none; repeatable (default: none).",
+    ),
+    passkey: bool = typer.Option(
+        False, "--passkey", help="hf: models: also score zero-shot passkey retrieval per depth."
+    ),
+    trust_remote_code: list[str] = typer.Option(
+        None,
+        "--trust-remote-code",
+        help="hf: models: let this model (its NAME or DIR) run "
+        "the code its config asks for; never done otherwise.",
+    ),
+    allow_download: bool = typer.Option(
+        False,
+        "--allow-download",
+        help="hf: models: download a model missing from the local "
+        "cache (never while HF_HUB_OFFLINE is set).",
+    ),
+    revision: str = typer.Option(
+        None, "--revision", help="hf: models: a hub branch, tag or commit."
+    ),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="hf: models: auto (bf16 on a GPU, fp32 on a CPU), fp32, bf16, fp16."
+    ),
+    device_map: str = typer.Option(
+        None,
+        "--device-map",
+        help="hf: models: accelerate's device map, e.g. auto (spread a "
+        "model over the GPUs of this machine).",
+    ),
 ) -> None:
     """Evaluate trained runs at longer lengths; writes eval.csv and eval_positions.csv.
 
     Extra `key=value` arguments override the run's config at evaluation time
     (e.g. `encoding.base=40000`) and are recorded in every row, as are --mode, --window and
     --stride (in their own columns); `eval.lengths=[512,1024]` is the same as --lengths.
+    `posx eval hf:NAME_OR_DIR` evaluates a pretrained Hugging Face causal LM instead
+    (docs/pretrained.md; `logger=tensorboard` sends its rows to a tracker), and
+    `posx eval -m hf=NAME_A,NAME_B ... [hydra/launcher=slurm]` runs several as a Hydra sweep.
     """
+    hf_options = (variant, passkey, trust_remote_code, allow_download, revision, device_map)
+    hf = _HfOptions(variant, passkey, trust_remote_code, allow_download, revision, dtype,
+                    device_map)  # fmt: skip
+    if {"-m", "--multirun"} & {*ctx.args, *map(str, runs or [])}:
+        _sweep_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
+                          max_memory, hf)  # fmt: skip
+        return
+    if any(str(r).startswith("hf:") for r in runs or []):
+        _eval_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
+                         progress, max_memory, hf)  # fmt: skip
+        return
+    if any(hf_options) or dtype != "auto":
+        raise ConfigError(
+            "--variant, --passkey, --trust-remote-code, --allow-download, --revision, --dtype and "
+            "--device-map apply to pretrained models (posx eval hf:NAME_OR_DIR); a posx run is "
+            "scaled with encoding.scaling.* overrides"
+        )
     from posx.config.trust import trusted_prefixes
     from posx.runs import evaluate_runs, select_runs
     from posx.runs.evaluation import failures
@@ -147,11 +201,8 @@ def eval_(
     for _, why in chosen.damaged:
         err_console.print(f"posx: skipping: {why}", markup=False, style="red", soft_wrap=True)
 
-    def warn(text: str) -> None:
-        err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
-
     done = evaluate_runs(
-        chosen.runs, asked, overrides, device, progress, on_run=_show_eval, on_warning=warn,
+        chosen.runs, asked, overrides, device, progress, on_run=_show_eval, on_warning=_warn,
         trust=trusted, max_memory=limit,
     )  # fmt: skip
     console.print(
@@ -223,3 +274,140 @@ def _train_length(run: Path, rows: list[dict]) -> int:
     from posx.config.saved import run_config
 
     return int(run_config(run).train.length)
+
+
+@dataclass
+class _HfOptions:
+    variant: list[str] | None
+    passkey: bool
+    trust_remote_code: list[str] | None
+    allow_download: bool
+    revision: str | None
+    dtype: str
+    device_map: str | None
+
+
+def _eval_pretrained(
+    ctx: typer.Context,
+    runs: list[Path],
+    lengths: str | None,
+    root: Path,
+    device: str,
+    protocol: tuple[str | None, int | None, int | None, str | None],
+    progress: bool,
+    max_memory: str | None,
+    hf: _HfOptions,
+) -> None:
+    """``posx eval hf:NAME_OR_DIR ...``: one pretrained model per ``hf:`` word, each its own run
+    under ``ROOT/pretrained/``."""
+    from posx.pretrained.evaluate import Settings
+    from posx.pretrained.run import Request, evaluate_pretrained, parse_values, progress_line
+    from posx.pretrained.scaling import parse_variant
+    from posx.pretrained.track import chosen_loggers, is_logger_word
+    from posx.runs.messages import eval_table
+    from posx.runs.resources import parse_size
+
+    words = [str(r) for r in runs]
+    overrides = [w for w in [*words, *ctx.args] if "=" in w and not w.startswith("hf:")]
+    models = [w for w in words if w.startswith("hf:")]
+    other = [w for w in [*words, *ctx.args] if w not in overrides and w not in models]
+    if other:
+        raise ConfigError(
+            f"evaluate pretrained models and posx runs in separate commands (got {other[0]} "
+            "beside hf:...)"
+        )
+    mode, window, stride, buckets = protocol
+    if mode not in (None, "full", "sliding"):
+        raise ConfigError(f"unknown --mode {mode!r}; choose from full, sliding")
+    trackers = chosen_loggers([w for w in overrides if is_logger_word(w)], config_dirs(ctx))
+    values = parse_values([w for w in overrides if not is_logger_word(w)])
+    asked = parse_lengths(lengths) if lengths is not None else None
+    variants = [parse_variant(v) for v in hf.variant or ["none"]]
+    limit = parse_size(max_memory, "--max-memory")
+    for word in models:
+        settings = Settings(
+            lengths=asked or [],
+            mode=mode or "full",
+            window=window,
+            stride=stride,
+            tokens=values["eval.tokens"],
+            batch_tokens=values["eval.batch_tokens"],
+            buckets=_buckets(buckets),
+            variants=variants,
+        )
+        request = Request(
+            word, settings, values, hf.passkey, root, device, hf.dtype, hf.device_map,
+            list(hf.trust_remote_code or []), hf.revision, hf.allow_download, limit, trackers,
+        )  # fmt: skip
+
+        def line(task: str, row: dict, word: str = word) -> None:
+            if progress:
+                err_console.print(progress_line(word, task, row), markup=False, highlight=False,
+                                  soft_wrap=True)  # fmt: skip
+
+        run, rows = evaluate_pretrained(request, line, _warn)
+        console.print(str(run), style="bold", markup=False, highlight=False, soft_wrap=True)
+        for task, what in dict.fromkeys((r["task"], r["overrides"]) for r in rows):
+            group = [r for r in rows if (r["task"], r["overrides"]) == (task, what)]
+            console.print(f"{task} {what or '(as saved)'}", markup=False, highlight=False)
+            for text in eval_table(group, group[0]["train_length"]):
+                console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console.print("compare with `posx report` (docs/pretrained.md)")
+
+
+def _quoted(text: str) -> str:
+    """A value as a quoted Hydra override string (a path or ``yarn:4`` stays one value)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _sweep_pretrained(
+    ctx: typer.Context,
+    runs: list[Path] | None,
+    lengths: str | None,
+    root: Path,
+    device: str,
+    protocol: tuple[str | None, int | None, int | None, str | None],
+    max_memory: str | None,
+    hf: _HfOptions,
+) -> None:
+    """``posx eval -m hf=A,B ...`` (or ``-m hf:A hf:B``): pretrained models as a Hydra sweep of
+    ``configs/pretrained.yaml``; the options become its overrides."""
+    from posx.pretrained.sweep import run_sweep
+
+    words = [w for w in [*map(str, runs or []), *ctx.args] if w not in ("-m", "--multirun")]
+    models = [w[3:] for w in words if w.startswith("hf:")]
+    overrides = [w for w in words if "=" in w and not w.startswith("hf:")]
+    other = [w for w in words if w not in overrides and not w.startswith("hf:")]
+    if other:
+        raise ConfigError(
+            "posx eval -m sweeps pretrained models (hf=NAME_A,NAME_B key=value ...); got "
+            + other[0]
+        )
+    mode, window, stride, buckets = protocol
+    given = {
+        "hf": ",".join(map(_quoted, models)) if models else None,
+        "eval.lengths": f"[{','.join(map(str, parse_lengths(lengths)))}]" if lengths else None,
+        "eval.mode": mode, "eval.window": window, "eval.stride": stride, "eval.buckets": buckets,
+        "eval.variants": f"[{','.join(map(_quoted, hf.variant))}]" if hf.variant else None,
+        "eval.passkey": "true" if hf.passkey else None,
+        "trust_remote_code": f"[{','.join(map(_quoted, hf.trust_remote_code))}]"
+        if hf.trust_remote_code else None,
+        "allow_download": "true" if hf.allow_download else None,
+        "revision": hf.revision and _quoted(hf.revision), "device_map": hf.device_map,
+        "dtype": hf.dtype, "device": device, "max_memory": max_memory,
+        "root": _quoted(str(root)),
+    }  # fmt: skip
+    keys = {w.split("=", 1)[0].lstrip("+") for w in overrides}
+    options = [f"{k}={v}" for k, v in given.items() if v is not None and k not in keys]
+    run_sweep([*options, *overrides], config_dirs(ctx))
+
+
+def _warn(text: str) -> None:
+    err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
+
+
+def _buckets(spec: str | None) -> str | int:
+    """``--buckets``: ``log`` (default) or a width in tokens."""
+    from posx.config.validate import parse_buckets
+
+    return parse_buckets(spec) if spec is not None else "log"

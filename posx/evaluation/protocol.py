@@ -125,8 +125,36 @@ class Tally:
         return (self.seq_hits == self.seq_count) & (self.seq_count > 0)
 
 
+LOSS_CHUNK = 4096  # token rows whose float32 logits exist at once (a 150k vocabulary: 2.4 GiB)
+
+
+def token_losses(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-token cross-entropy and argmax hits, in float32, a chunk of rows at a time.
+
+    Args:
+        logits: ``[b, s, vocab]`` in the model's dtype.
+        targets: ``[b, s]`` token ids.
+
+    Returns:
+        Float32 losses ``[b, s]`` and bool hits ``[b, s]``. Only ``LOSS_CHUNK`` rows are
+        converted to float32 at once: a pretrained model's logits at 32k tokens and a 128k
+        vocabulary are 8 GiB in bf16, and a float32 copy with its log-softmax would be four
+        times that.
+    """
+    flat, want = logits.flatten(0, 1), targets.flatten()
+    losses = torch.empty(want.shape, dtype=torch.float32, device=logits.device)
+    hits = torch.empty(want.shape, dtype=torch.bool, device=logits.device)
+    for i in range(0, len(want), LOSS_CHUNK):
+        part = flat[i : i + LOSS_CHUNK].float()
+        losses[i : i + LOSS_CHUNK] = F.cross_entropy(
+            part, want[i : i + LOSS_CHUNK], reduction="none"
+        )
+        hits[i : i + LOSS_CHUNK] = part.argmax(-1) == want[i : i + LOSS_CHUNK]
+    return losses.view(targets.shape), hits.view(targets.shape)
+
+
 def score(
-    model: TransformerLM,
+    model: TransformerLM | torch.nn.Module,
     data: Batch,
     protocol: Protocol,
     batch_tokens: int,
@@ -137,7 +165,9 @@ def score(
     """Runs ``model`` over ``data`` under ``protocol`` and sums the per-token results.
 
     Args:
-        model: The LM, in eval mode.
+        model: The LM, in eval mode: posx's own, or any module that maps token ids ``[b, s]``
+            and positions (or ``None``) to logits ``[b, s, vocab]`` (a pretrained model,
+            :mod:`posx.pretrained.evaluate`).
         data: Eval set, ``[n, L]`` tensors on the CPU.
         protocol: Window and stride (see the module docstring).
         batch_tokens: Windows per forward pass = ``max(1, batch_tokens // window)``.
@@ -164,10 +194,9 @@ def score(
         scored = data.mask[rows, pos] & (pos >= score_from[i : i + per_batch, None])
         inputs, targets = data.inputs[rows, pos].to(device), data.targets[rows, pos].to(device)
         model_pos = None if positions is None else positions(*inputs.shape).to(device)
-        logits = model(inputs, model_pos).float()  # [b, width, vocab]
-        losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-        hit = (logits.argmax(-1) == targets).cpu()[scored]
-        losses = losses.view(targets.shape).cpu()[scored].double()
+        losses, hit = token_losses(model(inputs, model_pos), targets)  # logits [b, width, vocab]
+        hit = hit.cpu()[scored]
+        losses = losses.cpu()[scored].double()
         where, who = pos[scored], rows.expand_as(pos)[scored]
         tally.loss.index_add_(0, where, losses)
         tally.hits.index_add_(0, where, hit.long())

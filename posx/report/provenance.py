@@ -59,6 +59,13 @@ def git_commit(path: Path = SOURCE) -> str | None:
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+def config_file(run: Path) -> Path:
+    """The file that says how a run was made: its saved config, or, for a run that has none
+    (a pretrained model's, ``posx eval hf:...``), its ``run.json``."""
+    saved = run / ".hydra" / "config.yaml"
+    return run / "run.json" if not saved.is_file() and (run / "run.json").is_file() else saved
+
+
 def provenance(root: Path, frame: pd.DataFrame) -> Provenance:
     """The provenance of a report over ``frame`` (its eval rows, labelled) below ``root``."""
     configs = []
@@ -66,7 +73,7 @@ def provenance(root: Path, frame: pd.DataFrame) -> Provenance:
     for fp, part in runs.groupby(runs["fingerprint"].fillna(""), sort=True):
         labels = sorted(set(frame.loc[frame["fingerprint"].fillna("") == fp, "label"]))
         listed = [
-            (str(r), int(s), root / str(r) / ".hydra" / "config.yaml")
+            (str(r), int(s), config_file(root / str(r)))
             for r, s in sorted(zip(part["run_dir"], part["seed"], strict=True), key=lambda x: x[1])
         ]
         configs.append(ConfigEntry(str(fp), labels, listed))

@@ -82,6 +82,8 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
 
 def _job_result(run_dir: Path) -> tuple[str, str]:
     info_path = run_dir / "run.json"
+    if not info_path.is_file() and (run_dir / "job.json").is_file():
+        info_path = run_dir / "job.json"  # a `posx eval -m hf=...` job: its run lies elsewhere
     if not info_path.is_file():
         return "incomplete", "no run.json (stopped before training started)"
     try:
@@ -90,6 +92,8 @@ def _job_result(run_dir: Path) -> tuple[str, str]:
         return "damaged", f"run.json is damaged ({one_line(err)})"
     if info.get("status") == "failed":
         return "failed", str(info.get("error", ""))
+    if info.get("status") == "finished":  # a pretrained evaluation's job
+        return "finished", str(info.get("run", ""))
     if info.get("status") == "trained" and (run_dir / "eval.csv").is_file():
         loss = info.get("final_loss")
         return "finished", f"final loss {loss:.4f}" if isinstance(loss, int | float) else ""

@@ -81,8 +81,8 @@ def _missing(arg: str) -> str | None:
     if arg.startswith(HF_PREFIX):
         return (
             f"{arg} is not a run: '{HF_PREFIX}' names a corpus for task.corpus (e.g. `posx train "
-            f"task=text task.corpus={arg}`), not a model; posx eval evaluates runs trained by "
-            "posx train (pretrained models are not supported yet)"
+            f"task=text task.corpus={arg}`); a pretrained model is evaluated on its own, as "
+            "posx eval hf:NAME_OR_DIR (docs/pretrained.md)"
         )
     found = COLON_SETTING.match(arg)
     if found is None:

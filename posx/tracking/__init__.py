@@ -39,7 +39,15 @@ LOGGERS = {
 }
 STATE_FILE = "trackers.json"
 
-__all__ = ["LOGGERS", "Trackers", "check_loggers", "log_eval_rows", "open_trackers", "selected"]
+__all__ = [
+    "LOGGERS",
+    "Trackers",
+    "check_loggers",
+    "log_eval_rows",
+    "open_trackers",
+    "selected",
+    "send_eval_rows",
+]
 
 
 def selected(cfg: DictConfig) -> dict[str, dict[str, Any]]:
@@ -206,13 +214,33 @@ def log_eval_rows(run_dir: Path, rows: list[dict[str, Any]]) -> list[str]:
         return [f"eval rows not sent to trackers: {err}"]
     if not chosen:
         return []
-    problems = []
     try:
-        info = run_info(run_dir)
-        ref = _ref(cfg, run_dir, info, None)
-        states = _states(run_dir)
+        ref = _ref(cfg, run_dir, run_info(run_dir), None)
     except (PosxError, KeyError, ValueError) as err:
         return [f"eval rows not sent to trackers: {one_line(err)}"]
+    return send_eval_rows(chosen, ref, rows)
+
+
+def send_eval_rows(
+    chosen: Mapping[str, dict[str, Any]], ref: RunRef, rows: list[dict[str, Any]]
+) -> list[str]:
+    """Opens each chosen tracker (or reopens the one ``trackers.json`` records), sends it the
+    eval rows and records it in ``trackers.json``, so the next evaluation appends to the same
+    tracker run.
+
+    Args:
+        chosen: Tracker name -> settings (:func:`selected`).
+        ref: The run the rows belong to.
+        rows: Eval rows as ``eval.csv`` records them.
+
+    Returns:
+        Warnings: a tracker that is not installed here or failed (the rows are in eval.csv).
+    """
+    try:
+        states = _states(ref.run_dir)
+    except PosxError as err:
+        return [f"eval rows not sent to trackers: {err}"]
+    problems = []
     for name, settings in chosen.items():
         why = missing_package(name)
         if why:
@@ -220,6 +248,10 @@ def log_eval_rows(run_dir: Path, rows: list[dict[str, Any]]) -> list[str]:
             continue
         try:
             with Trackers([_open(name, settings, ref, states.get(name, {}))]) as trackers:
+                states.update({t.name: t.state() for t in trackers.trackers})
+                write_json(
+                    ref.run_dir / STATE_FILE, states
+                )  # before logging: a later run reopens it
                 trackers.log_eval(rows)
         except Exception as err:  # the rows are in eval.csv; a tracker is a copy
             problems.append(f"eval rows not sent to {name}: {one_line(err)}")

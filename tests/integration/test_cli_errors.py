@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 TRAIN_ERRORS = [
-    (["encoding=nosuch"], "unknown encoding 'nosuch'; choose from: alibi"),
+    (["encoding=nosuch"], "unknown encoding 'nosuch'; choose from: abacus, alibi"),
     (["task=nosuch"], "unknown task 'nosuch'; choose from:"),
     (["model=huge"], "unknown model 'huge'; choose from: small, tiny"),
     (["-m", "encoding=rope,nosuch"], "unknown encoding 'nosuch'"),
@@ -108,11 +108,13 @@ def test_eval_of_a_folder_of_runs_or_a_checkpoint_says_what_it_is(cli, copy_run,
     assert_one_line_error(cli("eval", str(run / "run.json")), 2, inside)
 
 
-def test_eval_of_an_hf_name_says_hf_names_a_corpus(cli):
-    """Issue 35.4: was "run directory does not exist: hf:gpt2"."""
-    proc = cli("eval", "hf:gpt2")
-    assert_one_line_error(proc, 2, "'hf:' names a corpus for task.corpus")
-    assert "not a model" in proc.stderr and "pretrained models are not supported yet" in proc.stderr
+def test_eval_of_an_hf_name_missing_from_the_cache_says_so(cli, tmp_path, monkeypatch):
+    """Issue 35.4: was "run directory does not exist: hf:gpt2"; since issue 32 `hf:NAME` is a
+    pretrained model, and one that is not cached is one line (nothing downloads unasked)."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache
+    proc = cli("eval", "hf:gpt2", "--root", str(tmp_path))
+    assert_one_line_error(proc, 2, "model gpt2 is not a directory and not in the local Hugging")
+    assert "--allow-download" in proc.stderr
 
 
 OVERRIDE_MISTAKES = [

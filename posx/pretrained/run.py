@@ -1,0 +1,354 @@
+"""``posx eval hf:NAME_OR_DIR``: evaluate a pretrained causal LM into an ordinary run directory.
+
+The run lives at ``<root>/pretrained/<label>_<revision>/`` (evaluating the same model again
+merges rows into it, as ``posx eval`` does for a trained run). ``run.json`` says what was
+evaluated: the model id, the resolved revision (the hub commit of a cached snapshot, or a
+SHA-256 of a directory's files), the weight format, dtype, device, the tokenizer's identity and
+the model's trained context (from its config); ``eval.csv`` and ``eval_positions.csv`` have the
+columns of posx's own runs, so ``posx report``, ``posx runs`` and ``posx check`` read it like
+any run. The row's ``encoding`` is the model's label, its ``model`` is ``pretrained`` and its
+``train_length`` the trained context, so ×r is relative to that context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from posx.errors import ConfigError
+from posx.pretrained import load
+from posx.pretrained.evaluate import Settings, evaluate_text
+from posx.pretrained.memory import check_pretrained_fits, parameter_count
+from posx.pretrained.passkey import DEPTHS, evaluate_passkey
+from posx.pretrained.scaling import rope_parameters
+from posx.pretrained.text import held_out_bytes, tokenize_held_out
+from posx.pretrained.track import recorded_loggers, send_rows
+from posx.runtime.distributed import pick_device
+from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, write_json
+
+log = logging.getLogger(__name__)
+ROW_KEYS = ["task", "eval_length", "mode", "window", "stride", "overrides"]
+RUNS_DIR = "pretrained"
+# key=value settings `posx eval hf:...` takes, with their defaults
+DEFAULTS: dict[str, Any] = {
+    "task.corpus": "stdlib",
+    "task.val_fraction": 0.05,
+    "task.max_bytes": 8_000_000,
+    "task.val_corpus": None,
+    "eval.tokens": 16384,
+    "eval.batch_tokens": 8192,
+    "eval.seed": 0,
+    "passkey.trials": 5,
+    "passkey.depths": list(DEPTHS),
+    "train_length": None,
+    "label": None,
+    "experiment": None,
+}
+
+
+@dataclass
+class Request:
+    """What ``posx eval hf:...`` was asked.
+
+    Attributes:
+        word: ``hf:NAME_OR_DIR``.
+        settings: Lengths, protocol, variants.
+        values: The ``key=value`` settings (see :data:`DEFAULTS`).
+        passkey: Also run passkey retrieval.
+        root: Results root.
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
+        dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``fp32``, ``bf16``, ``fp16``.
+        device_map: ``accelerate`` device map (``auto``: spread over the machine's GPUs).
+        trust_remote_code: Models allowed to run their own code.
+        revision: Hub revision.
+        allow_download: Fetch a model missing from the cache.
+        max_memory: Memory limit in bytes.
+        logger: Trackers chosen on this command (name -> settings), added to those an
+            earlier evaluation of the model chose.
+        sweep_dir: The Hydra sweep this evaluation is a job of, else None.
+    """
+
+    word: str
+    settings: Settings
+    values: dict[str, Any] = field(default_factory=dict)
+    passkey: bool = False
+    root: Path = Path("results")
+    device: str = "auto"
+    dtype: str = "auto"
+    device_map: str | None = None
+    trust_remote_code: list[str] = field(default_factory=list)
+    revision: str | None = None
+    allow_download: bool = False
+    max_memory: int | None = None
+    logger: dict[str, Any] = field(default_factory=dict)
+    sweep_dir: Path | None = None
+
+
+def parse_values(overrides: list[str]) -> dict[str, Any]:
+    """``key=value`` words -> settings (YAML values), over :data:`DEFAULTS`.
+
+    Raises:
+        ConfigError: An unknown key (the keys are listed) or a value of the wrong kind.
+    """
+    values = dict(DEFAULTS)
+    for word in overrides:
+        key, _, text = word.partition("=")
+        if key not in DEFAULTS:
+            raise ConfigError(
+                f"posx eval hf:... has no setting {key!r}; it takes {', '.join(DEFAULTS)}"
+            )
+        try:
+            values[key] = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{word}: not a value ({err.__class__.__name__})") from err
+    return check_values(values)
+
+
+def check_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The settings of :data:`DEFAULTS`, checked (from ``key=value`` words or a sweep job's
+    composed config).
+
+    Returns:
+        ``values``.
+
+    Raises:
+        ConfigError: A value of the wrong kind, said with what is allowed.
+    """
+    for key in ("eval.tokens", "eval.batch_tokens", "passkey.trials", "train_length"):
+        value = values[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0):  # fmt: skip
+            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+    depths = values["passkey.depths"]
+    if (
+        not isinstance(depths, list)
+        or not depths
+        or not all(isinstance(d, (int, float)) and 0 <= d <= 1 for d in depths)
+    ):
+        raise ConfigError(f"passkey.depths must be a list of numbers in [0, 1], got {depths!r}")
+    return values
+
+
+def model_label(name: str, given: str | None) -> str:
+    """The row label: ``label=`` or the model's last path part, as a claim can name it."""
+    text = given or Path(name.rstrip("/")).name or name
+    text = re.sub(r"[^A-Za-z0-9_.\-]", "-", str(text))
+    return text if text[:1].isalpha() else f"m{text}"
+
+
+def trained_length(config: Any, given: int | None) -> tuple[int, str]:
+    """The model's trained context and where it was read.
+
+    Raises:
+        ConfigError: The config says none and ``train_length=N`` was not given.
+    """
+    if given:
+        return given, "train_length="
+    params = rope_parameters(config) or {}
+    if params.get("original_max_position_embeddings"):
+        return int(params["original_max_position_embeddings"]), "original_max_position_embeddings"
+    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
+        if getattr(config, key, None):
+            return int(getattr(config, key)), key
+    raise ConfigError(
+        f"the config of {config.model_type} names no trained context length; give it as "
+        "train_length=N"
+    )
+
+
+def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
+    """Class, vocabulary size and a SHA-256 of the tokenizer's full definition."""
+    definition = tokenizer.backend_tokenizer.to_str()
+    return {
+        "class": type(tokenizer).__name__,
+        "vocab_size": len(tokenizer),
+        "sha256": hashlib.sha256(definition.encode()).hexdigest(),
+        "bos_token": tokenizer.bos_token,
+    }
+
+
+@dataclass
+class Loaded:
+    """A model ready to evaluate, and what its run records."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    source: load.Source
+    trained: int
+    info: dict[str, Any]
+    device: torch.device
+
+
+def load_for_eval(request: Request) -> Loaded:
+    """Finds, checks (code, memory) and loads the model and tokenizer; without lengths asked
+    for, the model is evaluated at its trained context and twice that.
+
+    Raises:
+        ConfigError: A missing, gated, weight-less or custom-code model, or one that cannot fit.
+    """
+    transformers = load.require_transformers()
+    source = load.find_model(request.word, request.revision, request.allow_download)
+    trust = load.check_code(source, request.trust_remote_code, load.known_model_types())
+    config = load.load_config(source, trust)
+    device = pick_device(request.device)
+    dtype = load.pick_dtype(request.dtype, device)
+    trained, origin = trained_length(config, request.values["train_length"])
+    params = parameter_count(config, transformers, trust)
+    request.settings.lengths = request.settings.lengths or [trained, 2 * trained]
+    longest = max(request.settings.lengths)
+    widest = longest if request.settings.mode == "full" else min(
+        longest, request.settings.window or trained
+    )  # fmt: skip
+    need = check_pretrained_fits(
+        config, params, dtype, widest, request.settings.batch_tokens, device,
+        request.max_memory, source.name,
+    )  # fmt: skip
+    tokenizer = load.load_tokenizer(source, trust)
+    if request.device_map:
+        model = load.load_model(source, config, dtype, trust, device_map=request.device_map)
+        device = next(model.parameters()).device
+    else:
+        model = load.load_model(source, config, dtype, trust).to(device)
+    info = {
+        "model_id": source.name,
+        "path": str(source.path),
+        "revision": source.revision,
+        "weights": source.weights,
+        "architecture": config.model_type,
+        "parameters": params,
+        "dtype": load.dtype_name(dtype),
+        "device": str(device),
+        "device_map": request.device_map,
+        "trust_remote_code": trust,
+        "trained_length": trained,
+        "trained_length_from": origin,
+        "rope_parameters": rope_parameters(config),
+        "tokenizer": tokenizer_identity(tokenizer),
+        "memory_estimate_bytes": need,
+        "transformers": transformers.__version__,
+    }
+    return Loaded(model, tokenizer, source, trained, info, device)
+
+
+def run_directory(root: Path, label: str, revision: str) -> Path:
+    """``<root>/pretrained/<label>_<12 hex of the revision>``."""
+    short = re.sub(r"[^0-9a-f]", "", revision.split(":")[-1].lower())[:12] or "local"
+    return root / RUNS_DIR / f"{label}_{short}"
+
+
+def evaluate_pretrained(
+    request: Request,
+    on_row: Callable[[str, dict[str, Any]], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> tuple[Path, list[dict[str, Any]]]:
+    """Evaluates the model of ``request``; writes its run directory and sends the rows to its
+    trackers (``request.logger`` and those recorded in its ``run.json``).
+
+    Args:
+        request: What was asked.
+        on_row: Called with (task, row) after each length (a progress line).
+        on_warning: Called with each tracker that could not take the rows.
+
+    Returns:
+        The run directory and the rows written.
+    """
+    check_writable(request.root)
+    s, values = request.settings, request.values
+    raw, corpus = held_out_bytes(
+        values["task.corpus"], float(values["task.val_fraction"]), values["task.max_bytes"],
+        values["task.val_corpus"],
+    )  # fmt: skip
+    loaded = load_for_eval(request)
+    label = model_label(loaded.source.name, values["label"])
+    run = run_directory(request.root, label, loaded.source.revision)
+    text = tokenize_held_out(loaded.tokenizer, raw, corpus)
+    show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
+    rows, buckets = evaluate_text(
+        loaded.model, text, s, loaded.trained, loaded.device, show("text")
+    )
+    rows = [{"task": "text", **r} for r in rows]
+    buckets = [{"task": "text", **b} for b in buckets]
+    if request.passkey:
+        keyed = evaluate_passkey(
+            loaded.model, loaded.tokenizer, s.lengths, s.variants, loaded.trained,
+            loaded.device, values["passkey.trials"], tuple(values["passkey.depths"]),
+            values["eval.seed"], show("passkey"),
+        )  # fmt: skip
+        rows += [{"task": "passkey", **r} for r in keyed]
+    info = _run_json(run, label, loaded, text.describe, values)
+    chosen = {**recorded_loggers(run), **request.logger}
+    if chosen:
+        info["logger"] = chosen
+    ident = _ident(info, loaded, values)
+    rows = [{**ident, **r} for r in rows]
+    run.mkdir(parents=True, exist_ok=True)
+    write_json(run / "run.json", info)
+    merge_rows(run / "eval.csv", rows, ROW_KEYS)
+    merge_rows(
+        run / "eval_positions.csv", [{**ident, **b} for b in buckets], ROW_KEYS, replaces=rows
+    )
+    for problem in send_rows(run, info, rows, chosen, request.sweep_dir):
+        (on_warning or _warn)(problem)
+    return run, rows
+
+
+def progress_line(word: str, task: str, row: dict[str, Any]) -> str:
+    """One length's progress line: ``hf:NAME text L=8192 (as saved): loss 2.1034 in 41.2s``."""
+    done = (
+        f"loss {row['loss']:.4f} in {row['seconds']:.1f}s"
+        if row["status"] == "ok"
+        else f"{row['status']}: {row['reason']}"
+    )
+    return f"{word} {task} L={row['eval_length']} ({row.get('overrides') or 'as saved'}): {done}"
+
+
+def _warn(text: str) -> None:
+    log.warning(f"posx: warning: {text}")
+
+
+def _run_json(
+    run: Path, label: str, loaded: Loaded, corpus: dict[str, Any], values: dict[str, Any]
+) -> dict[str, Any]:
+    info = {
+        "schema_version": SCHEMA_VERSION,
+        "run": run.name,
+        "status": "pretrained",
+        "encoding": label,
+        "task": "text",
+        "model": "pretrained",
+        "seed": 0,
+        "train_length": loaded.trained,
+        "pretrained": loaded.info,
+        "corpus": corpus,
+    }
+    if values["experiment"]:
+        info["experiment"] = str(values["experiment"])
+    return info
+
+
+def _ident(info: dict[str, Any], loaded: Loaded, values: dict[str, Any]) -> dict[str, Any]:
+    fingerprint = hashlib.sha256(
+        f"{loaded.source.revision}|{loaded.info['tokenizer']['sha256']}".encode()
+    ).hexdigest()[:16]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": info["run"],
+        "encoding": info["encoding"],
+        "model": info["model"],
+        "seed": 0,
+        "train_length": info["train_length"],
+        "eval_seed": values["eval.seed"],
+        "fingerprint": fingerprint,
+        "device": loaded.device.type,
+        "precision": loaded.info["dtype"],
+        "model_id": loaded.source.name,
+        "revision": loaded.source.revision,
+    }

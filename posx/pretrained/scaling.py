@@ -1,0 +1,180 @@
+"""Eval-time RoPE scalings of a pretrained model, applied through its own configuration.
+
+A variant is ``TYPE:FACTOR`` (``yarn:4``) or ``none`` (the model as it was saved). posx's scaling
+names map onto the ``rope_parameters`` of the model's ``transformers`` config, so a number is
+what a user of that model gets by setting the same scaling in its config:
+
+- ``linear`` -> ``rope_type: linear`` (position interpolation);
+- ``ntk`` -> ``rope_theta`` raised to ``theta * s^(d/(d-2))`` (NTK-aware, static), the type kept;
+- ``dynamic_ntk`` -> ``rope_type: dynamic``;
+- ``yarn`` -> ``rope_type: yarn``; ``llama3`` -> ``rope_type: llama3`` (low/high frequency
+  factors 1 and 4, as posx's own);
+
+both with ``original_max_position_embeddings`` = the model's trained context. Each variant's
+rotary embedding modules are rebuilt from the new config (the attention weights are shared), and
+every row records the variant as posx's own runs do (``encoding.scaling.type=yarn
+encoding.scaling.factor=4``, shown as ``NAME+yarn×4``) and the ``rope_parameters`` it ran with.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from posx.encodings.rope_scaling import ntk_base
+from posx.errors import ConfigError
+
+HF_TYPES = {"linear": "linear", "dynamic_ntk": "dynamic", "yarn": "yarn", "llama3": "llama3"}
+VARIANT_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One eval-time scaling: ``type`` (``none`` = as saved) and ``factor``."""
+
+    type: str = "none"
+    factor: float = 1.0
+
+    @property
+    def overrides(self) -> str:
+        """The ``overrides`` cell of its rows (sorted ``key=value`` tokens, as posx records)."""
+        if self.type == "none":
+            return ""
+        return f"encoding.scaling.factor={self.factor} encoding.scaling.type={self.type}"
+
+
+def parse_variant(text: str) -> Variant:
+    """``yarn:4`` (or ``yarn×4``, ``yarnx4``) -> :class:`Variant`; ``none`` -> the model as saved.
+
+    Raises:
+        ConfigError: An unknown type, or a factor that is not a number >= 1.
+    """
+    spec = text.strip().replace("×", ":")
+    if spec in ("none", "base"):
+        return Variant()
+    kind, sep, factor = spec.partition(":")
+    if not sep and "x" in spec:
+        kind, _, factor = spec.rpartition("x")
+    if kind not in VARIANT_TYPES or kind == "none":
+        raise ConfigError(
+            f"--variant {text!r}: use none or TYPE:FACTOR with TYPE one of "
+            f"{', '.join(VARIANT_TYPES[1:])} (e.g. yarn:4)"
+        )
+    try:
+        value = float(factor)
+    except ValueError:
+        value = 0.0
+    if not value >= 1.0:
+        raise ConfigError(f"--variant {text!r}: the factor must be a number >= 1, e.g. {kind}:4")
+    return Variant(kind, value)
+
+
+def rope_parameters(config: Any) -> dict[str, Any] | None:
+    """The config's single (not per-layer) ``rope_parameters`` dict, or None (no RoPE)."""
+    params = getattr(config, "rope_parameters", None)
+    if not isinstance(params, dict) or "rope_type" not in params:
+        return None
+    return params
+
+
+def rotary_dim(config: Any) -> int:
+    """Rotary width ``d``: the head dimension times the partial rotary factor."""
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    fraction = (rope_parameters(config) or {}).get("partial_rotary_factor") or 1.0
+    return int(head * fraction)
+
+
+def scaled_config(config: Any, variant: Variant, trained: int) -> Any:
+    """A copy of ``config`` with ``variant``'s scaling in its ``rope_parameters``.
+
+    Raises:
+        ConfigError: The model has no (single) RoPE to scale.
+    """
+    params = rope_parameters(config)
+    if params is None:
+        raise ConfigError(f"{config.model_type} has no rotary positions to scale")
+    new = copy.deepcopy(config)
+    base = dict(params)
+    if variant.type == "ntk":
+        # static NTK-aware: a larger base, the model's own rope type otherwise
+        base["rope_theta"] = ntk_base(float(base["rope_theta"]), variant.factor, rotary_dim(config))
+        new.rope_parameters = base
+        return new
+    keep = {k: base[k] for k in ("rope_theta", "partial_rotary_factor") if k in base}
+    new_params: dict[str, Any] = {
+        **keep,
+        "rope_type": HF_TYPES[variant.type],
+        "factor": variant.factor,
+    }
+    if variant.type in ("yarn", "llama3"):
+        new_params["original_max_position_embeddings"] = trained
+    if variant.type == "llama3":
+        new_params.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    if variant.type == "dynamic_ntk":
+        # transformers' dynamic scaling grows the base past max_position_embeddings: make that
+        # the trained context (a saved scaling may have raised it)
+        new.max_position_embeddings = trained
+    new.rope_parameters = new_params
+    return new
+
+
+def _rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """(parent, attribute, module) of each rotary embedding (a module with ``inv_freq`` and a
+    ``rope_type``)."""
+    found = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if hasattr(child, "inv_freq") and hasattr(child, "rope_type"):
+                found.append((parent, name, child))
+    return found
+
+
+class Scaler:
+    """Switches a loaded model between variants by rebuilding its rotary embeddings.
+
+    Args:
+        model: The loaded causal LM.
+        trained: Its trained context length.
+    """
+
+    def __init__(self, model: torch.nn.Module, trained: int) -> None:
+        self.model, self.trained = model, trained
+        self.saved = _rotary_modules(model)
+        self.rope = rope_parameters(model.config) is not None and bool(self.saved)
+
+    def unsupported_reason(self, variant: Variant) -> str:
+        """Why ``variant`` cannot apply to this model (``""`` when it can)."""
+        if variant.type == "none" or self.rope:
+            return ""
+        return (
+            f"{self.model.config.model_type} has no rotary positions to scale (its positions "
+            "are not RoPE)"
+        )
+
+    def apply(self, variant: Variant) -> dict[str, Any] | None:
+        """Puts ``variant``'s rotary embeddings into the model.
+
+        Returns:
+            The ``rope_parameters`` now in effect (None for a model without RoPE).
+        """
+        if not self.rope:
+            return None
+        if variant.type == "none":
+            for parent, name, module in self.saved:
+                setattr(parent, name, module)
+            return rope_parameters(self.model.config)
+        cfg = scaled_config(self.model.config, variant, self.trained)
+        for parent, name, module in self.saved:
+            setattr(parent, name, type(module)(config=cfg).to(module.inv_freq.device))
+        return rope_parameters(cfg)
+
+
+def describe(params: dict[str, Any] | None) -> str:
+    """``rope_parameters`` as a compact JSON cell (``""`` without RoPE)."""
+    if params is None:
+        return ""
+    return json.dumps({k: v for k, v in params.items() if v is not None}, sort_keys=True)

@@ -1,0 +1,63 @@
+"""Finding a pretrained model: what identifies it, where its trained context is read, and that
+posx imports transformers only when a model is loaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from posx.errors import ConfigError
+from posx.pretrained import load
+from posx.pretrained.run import model_label, parse_values, run_directory, trained_length
+
+
+def test_a_directory_is_identified_by_a_hash_of_its_files(tiny_dir, tmp_path):
+    import shutil
+
+    first = load.find_model(f"hf:{tiny_dir / 'llama'}")
+    assert first.revision.startswith("dir:") and first.weights == "safetensors"
+    copy = shutil.copytree(tiny_dir / "llama", tmp_path / "copy")
+    assert load.find_model(f"hf:{copy}").revision == first.revision  # same files, same hash
+    (copy / "tokenizer.json").write_text((copy / "tokenizer.json").read_text() + " ")
+    assert load.find_model(f"hf:{copy}").revision != first.revision
+
+
+def test_trained_length_comes_from_the_config():
+    cfg = SimpleNamespace(model_type="llama", max_position_embeddings=4096, rope_parameters=None)
+    assert trained_length(cfg, None) == (4096, "max_position_embeddings")
+    scaled = SimpleNamespace(
+        model_type="llama",
+        max_position_embeddings=131072,
+        rope_parameters={"rope_type": "llama3", "original_max_position_embeddings": 8192},
+    )
+    assert trained_length(scaled, None) == (8192, "original_max_position_embeddings")
+    assert trained_length(scaled, 2048) == (2048, "train_length=")
+    with pytest.raises(ConfigError, match="train_length=N"):
+        trained_length(SimpleNamespace(model_type="x", rope_parameters=None), None)
+
+
+def test_labels_and_run_directories(tmp_path):
+    assert model_label("meta-llama/Llama-3.2-1B", None) == "Llama-3.2-1B"
+    assert model_label("/models/7b model/", None) == "m7b-model"
+    assert model_label("x", "mine") == "mine"
+    path = run_directory(tmp_path, "gpt2", "607a30d783dfa663caf39e06633721c8d4cfcd7e")
+    assert path == tmp_path / "pretrained" / "gpt2_607a30d783df"
+
+
+def test_settings_are_checked():
+    values = parse_values(["eval.tokens=512", "passkey.depths=[0, 0.5]", "label=m"])
+    assert values["eval.tokens"] == 512 and values["passkey.depths"] == [0, 0.5]
+    with pytest.raises(ConfigError, match="positive integer"):
+        parse_values(["eval.tokens=-1"])
+
+
+def test_posx_imports_transformers_only_to_load_a_model():
+    code = (
+        "import sys, posx.cli, posx.pretrained.run, posx.pretrained.passkey\n"
+        "assert 'transformers' not in sys.modules, 'imported at start'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
