@@ -46,7 +46,7 @@ from posx.errors import ConfigError
 
 OPS = {">": ">", ">=": ">=", "≥": ">=", "<": "<", "<=": "<=", "≤": "<="}
 TOKEN = re.compile(r">=|<=|≥|≤|>|<|[^\s<>≥≤]+")
-NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+×=\-]*")
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+×=@\-]*")  # @: extensions, rope+yarn×4+ft@256
 NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 FACTOR = re.compile(r"(\d+)[x×]")
 ABSOLUTE = re.compile(r"L=(\d+)")

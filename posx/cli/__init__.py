@@ -21,7 +21,7 @@ from posx.errors import PosxError, PosxWarning
 __all__ = ["app", "console", "err_console", "main"]
 
 # Importing a module registers its commands; `posx --help` lists them in this order.
-for _commands in ("runs", "report", "configs"):
+for _commands in ("runs", "extend", "report", "configs"):
     importlib.import_module(f"posx.cli.{_commands}")
 
 

@@ -94,7 +94,9 @@ def model_dims(cfg: DictConfig) -> dict[str, int]:
         "n_heads": m.n_heads,
         "head_dim": m.d_model // m.n_heads,
         "n_layers": m.n_layers,
-        "train_length": cfg.train.length,
+        # the length the positions were first trained at: an extension (posx extend) keeps
+        # its first ancestor's, so RoPE's scaling.original_length means the same in both
+        "train_length": OmegaConf.select(cfg, "extend.base_length") or cfg.train.length,
     }
 
 
@@ -146,6 +148,8 @@ def build_encoding(cfg: DictConfig) -> PositionalEncoding:
         params = inspect.signature(made).parameters
         given = set(getattr(made, "keywords", {}) or {})
         dims = {k: v for k, v in model_dims(cfg).items() if k in params and k not in given}
+        if "train_positions" in params and "train_positions" not in given:
+            dims["train_positions"] = train_positions(cfg)
         try:
             made = made(**dims)
         except (TypeError, ValueError) as err:
@@ -155,6 +159,14 @@ def build_encoding(cfg: DictConfig) -> PositionalEncoding:
             f"encoding _target_ {cfg.encoding._target_} does not build a PositionalEncoding"
         )
     return made
+
+
+def train_positions(cfg: DictConfig) -> int:
+    """How many positions a training sequence reaches: its tokens (``train.length`` may count
+    digits, :meth:`Task.tokens_for`), or more where the position strategy says so; built only
+    for an encoding that asks (a learned table sized by default)."""
+    length = int(cfg.train.length)
+    return build_positions(cfg).positions_needed(length, build_task(cfg).tokens_for(length))
 
 
 def build_model(cfg: DictConfig, vocab_size: int) -> TransformerLM:

@@ -60,6 +60,11 @@ NOT_IDENTITY: dict[str, str] = {
     "design": "read by option yamls through interpolations: what it changes is in their keys",
     "eval.variants": "which eval-time variants were evaluated (each row records its overrides)",
     "hydra": "output directories and launcher settings",
+    # An extension's parent is in its identity by its fingerprint (extend.parent_fingerprint):
+    # the seeds of one extension start from different replicates of one parent experiment.
+    "extend.parent": "where the parent run is (its identity is extend.parent_fingerprint)",
+    "extend.parent_sha256": "which replicate of the parent: one per seed (recorded in run.json)",
+    "extend.parent_step": "the parent's last step (its train.steps, in its fingerprint)",
     "train.device": "where it ran (recorded per eval row as `device`); what it changes, the "
     "precision `auto` resolves to, is in the identity as train.precision and eval.precision",
     "train.threads": "CPU threads",
@@ -157,6 +162,8 @@ def identity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Scalar]:
     """:func:`flat_config` without the keys that do not identify an experiment, with
     ``train.precision=auto`` resolved where an explicit ``train.device`` decides it."""
     flat = flat_config(cfg)
+    if flat.get("extend.parent") is None:  # trained from scratch: as before extensions existed
+        flat = {k: v for k, v in flat.items() if not k.startswith("extend.")}
     if "train.precision" in flat:
         flat["train.precision"] = _known_precision(flat)
     return {k: v for k, v in flat.items() if is_identity_key(k)}

@@ -26,7 +26,9 @@ def _builtin_dir() -> Path:
 
 
 CONFIG_DIR = _builtin_dir()
-GROUPS = ("model", "encoding", "task", "train", "eval", "positions", "logger", "experiment")
+GROUPS = (
+    "model", "encoding", "task", "train", "eval", "positions", "logger", "experiment", "extension"
+)  # fmt: skip
 PATH_ENV = "POSX_CONFIG_PATH"  # several directories, separated by os.pathsep
 DIR_ENV = "POSX_CONFIG_DIR"  # older name for one directory; added like PATH_ENV's
 FILE_SCHEME = "file://"

@@ -9,9 +9,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from posx.config.paths import dirs_of_searchpath, option_target
+from posx.config.variant_names import short_label
 
 # Groups whose chosen option names the run (in its directory, run.json and reports).
 LABELLED = ("encoding", "task", "model", "positions")
@@ -53,14 +55,77 @@ def run_names(cfg: DictConfig, chosen: Mapping[str, Any]) -> dict[str, str]:
             names[group] = str(name or ("default" if group == "positions" else "custom"))
     if cfg.get("label"):
         names["encoding"] = str(cfg.label)
+    elif OmegaConf.select(cfg, "extend.parent"):
+        names["run_label"] = extension_label(cfg, names.get("positions"))
     return names
+
+
+def _plain(node: object) -> object:
+    """A config node as plain data, resolved where it can be (``{}`` when it is absent)."""
+    if node is None:
+        return {}
+    try:
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    except OmegaConfBaseException:
+        return OmegaConf.to_container(node, resolve=False)
+
+
+def _leaves(value: object, prefix: str, out: dict[str, str]) -> dict[str, str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _leaves(item, f"{prefix}.{key}", out)
+    else:
+        out[prefix] = str(value)
+    return out
+
+
+def parent_config(cfg: DictConfig) -> DictConfig | None:
+    """The saved config of an extension's parent (``extend.parent``), or None when it cannot
+    be read (``posx extend`` has checked it before the run started)."""
+    path = Path(str(cfg.extend.parent)) / ".hydra" / "config.yaml"
+    try:
+        loaded = OmegaConf.load(path)
+    except (OSError, ValueError, OmegaConfBaseException):
+        return None
+    return loaded if isinstance(loaded, DictConfig) else None
+
+
+def extension_label(cfg: DictConfig, positions: str | None) -> str:
+    """What an extension is called: its parent's label, what it changed in the encoding (as an
+    eval-time variant of the same change is named: ``+yarn×4``), the position strategy it
+    switched to (``+pose``) and the length it fine-tuned at (``+ft@256``):
+    ``rope+yarn×4+ft@256``; an extension of it adds its own parts after those.
+
+    Args:
+        cfg: The extension's config (``extend.parent``, ``extend.parent_label``).
+        positions: The label of its position strategy.
+    """
+    parent = parent_config(cfg)
+    theirs = _plain(parent.get("encoding")) if parent is not None else {}
+    ours = _plain(cfg.get("encoding"))
+    mine, old = _leaves(ours, "encoding", {}), _leaves(theirs, "encoding", {})
+    changed = {k: v for k, v in mine.items() if old.get(k) != v}
+    for key in list(changed):  # a changed factor is named with its node's type: yarn×8
+        node_type = f"{key.rsplit('.', 1)[0]}.type"
+        if node_type in mine:
+            changed[node_type] = mine[node_type]
+    tokens = " ".join(f"{k}={v}" for k, v in sorted(changed.items())) if theirs else ""
+    label = short_label(str(cfg.extend.parent_label or "parent"), tokens)
+    if parent is not None and _plain(parent.get("positions")) != _plain(cfg.get("positions")):
+        label += f"+{positions or 'default'}"
+    return f"{label}+ft@{cfg.train.length}"
+
+
+def dir_label(label: str) -> str:
+    """A label as a directory name has it: ``rope+yarn×4+ft@256`` -> ``rope+yarnx4+ft256``."""
+    return label.replace("×", "x").replace("@", "")
 
 
 def run_name(cfg: DictConfig, names: Mapping[str, str]) -> str:
     """``<task>_<encoding label>_L<train length>_s<seed>``: a run directory's name without its
     invocation suffix."""
-    label = run_label(names["encoding"], names.get("positions"))
-    return f"{names['task']}_{label}_L{cfg.train.length}_s{cfg.seed}"
+    label = names.get("run_label") or run_label(names["encoding"], names.get("positions"))
+    return f"{names['task']}_{dir_label(label)}_L{cfg.train.length}_s{cfg.seed}"
 
 
 def run_name_resolver(*, _root_: DictConfig) -> str:

@@ -78,6 +78,35 @@ class EvalConfig:
 
 
 @dataclass
+class ExtendConfig:
+    """What an extension run (``posx extend PARENT``) starts from: set by ``posx extend``, not
+    by hand. Empty (``parent`` None) for a run trained from scratch."""
+
+    parent: str | None = None  # the parent run's directory (its final weights are the start)
+    # What the parent was when the extension started: its model.safetensors' SHA-256 (checked
+    # again when training starts), its fingerprint (part of this run's identity), its label
+    # in reports, the step its checkpoint was at, and its training length.
+    parent_sha256: str = ""
+    parent_fingerprint: str = ""
+    parent_label: str = ""
+    parent_step: int = 0
+    # The length the weights' positions were first trained at (the first ancestor's
+    # train.length): the encoding's `train_length` (RoPE's scaling.original_length default).
+    base_length: int | None = None
+    # The fine-tuning the methods of configs/extension/ read (`extension=yarn`): the length
+    # to fine-tune at (PoSE: the target its positions spread over), the scaling factor, and
+    # a fresh schedule of `steps` with `lr` and `warmup_steps` (the same for every method).
+    length: int = 256
+    factor: float = 4.0
+    steps: int = 200
+    lr: float = 1e-3
+    warmup_steps: int = 20
+    # A parameter whose shape the overrides change (learned's table when train.length grows):
+    # none (refuse), interpolate (resample the rows to the new count) or copy (tile the rows).
+    resize: str = "none"
+
+
+@dataclass
 class PosxConfig:
     """The whole config of a run (the root node): the typed groups and the open ones."""
 
@@ -107,8 +136,10 @@ class PosxConfig:
     # through `${oc.select:design.KEY,DEFAULT}` (e.g. T5's max_distance scaled with the training
     # length): a preset cannot set `encoding.max_distance` for t5 alone while it sweeps encodings.
     design: Any = field(default_factory=dict)
+    # The parent run an extension starts from (``posx extend``; configs/extension/).
+    extend: ExtendConfig = field(default_factory=ExtendConfig)
 
 
 # The typed nodes of a config: their keys are fixed by their dataclass.
 TYPED_NODES = (("", PosxConfig), ("model", ModelConfig), ("train", TrainConfig),
-                ("eval", EvalConfig))  # fmt: skip
+                ("eval", EvalConfig), ("extend", ExtendConfig))  # fmt: skip

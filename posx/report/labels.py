@@ -30,6 +30,9 @@ from posx.report.data import BY_CHOICES, IDENTITY
 from posx.report.protocols import add_protocol
 
 BY_LABELS = {"train_length": "L_train", "model": "model", "task": "task", "mode": "mode"}
+# An extension's label says what was done to its parent (rope+yarn×4+ft@256, posx extend), so
+# its extend.* settings are accounted for by the encoding column like encoding.* ones.
+LABEL_EXPLAINS = {"encoding": ("extend.",)}
 Remarks = dict[tuple, list[str]]
 
 
@@ -75,7 +78,7 @@ def _explained(key: str, runs: pd.DataFrame) -> bool:
     for col, prefixes in EXPLAINED_BY.items():
         if (
             col in runs
-            and key.startswith(prefixes)
+            and key.startswith((*prefixes, *LABEL_EXPLAINS.get(col, ())))
             and (runs.groupby(col)[key].nunique(dropna=False) <= 1).all()
         ):
             return True

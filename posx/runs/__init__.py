@@ -6,6 +6,7 @@ neither decides what happens next.
 """
 
 from posx.runs.evaluation import evaluate_runs, select_runs
+from posx.runs.extend import run_extend
 from posx.runs.launch import run_train, train_and_evaluate
 from posx.runs.preflight import check_overrides, split_args
 from posx.runs.resume import run_resume
@@ -13,6 +14,7 @@ from posx.runs.resume import run_resume
 __all__ = [
     "check_overrides",
     "evaluate_runs",
+    "run_extend",
     "run_resume",
     "run_train",
     "select_runs",

@@ -18,7 +18,7 @@ import pandas as pd
 from posx.storage.results import find_runs
 
 COLUMNS = ("status", "encoding", "task", "model", "L_train", "steps", "seed", "final loss",
-           "eval lengths", "run")  # fmt: skip
+           "eval lengths", "parent", "run")  # fmt: skip
 
 
 @dataclass
@@ -34,13 +34,14 @@ class RunLine:
     seed: str
     final_loss: str
     lengths: str  # the eval lengths with a value, e.g. "64,128,256"
+    parent: str  # an extension's parent run (posx extend), else "—"
     path: str  # relative to the root
     # the same fields as plain values (numbers, lists, None for unknown), for --format json
     record: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def cells(self) -> list[str]:
         return [self.status, self.encoding, self.task, self.model, self.train_length, self.steps,
-                self.seed, self.final_loss, self.lengths, self.path]  # fmt: skip
+                self.seed, self.final_loss, self.lengths, self.parent, self.path]  # fmt: skip
 
 
 def _metrics_tail(run: Path) -> dict[str, Any]:
@@ -90,11 +91,12 @@ def run_record(run: Path, root: Path) -> dict[str, Any]:
 
     Keys: ``status``, ``encoding``, ``task``, ``model``, ``L_train``, ``steps_done``,
     ``steps_total``, ``seed``, ``final_loss``, ``eval_lengths`` (the lengths with a value),
-    ``run`` (relative to ``root``), and ``error`` (why an ``unreadable`` run's ``run.json``
+    ``parent`` (an extension's parent run, by directory name: ``posx extend``), ``run``
+    (relative to ``root``), and ``error`` (why an ``unreadable`` run's ``run.json``
     cannot be read, else None). Unknown values are None.
     """
     keys = ("encoding", "task", "model", "L_train", "steps_done", "steps_total", "seed",
-            "final_loss", "eval_lengths")  # fmt: skip
+            "final_loss", "eval_lengths", "parent")  # fmt: skip
     record: dict[str, Any] = {"status": "unreadable", **dict.fromkeys(keys)}
     record.update(run=str(run.relative_to(root)), error=None)
     try:
@@ -107,6 +109,7 @@ def run_record(run: Path, root: Path) -> dict[str, Any]:
     status = _status(info, run)
     total = _count(info.get("steps"))
     done = total if status in ("finished", "trained") else info.get("step", tail.get("step", 0))
+    done = None if status == "pretrained" else done  # evaluated, never trained by posx
     record.update(
         status=status,
         encoding=info.get("encoding"),
@@ -118,8 +121,15 @@ def run_record(run: Path, root: Path) -> dict[str, Any]:
         seed=_count(info.get("seed")),
         final_loss=_number(info.get("final_loss", tail.get("loss"))),
         eval_lengths=_lengths(run),
+        parent=_parent(info),
     )
     return record
+
+
+def _parent(info: dict[str, Any]) -> str | None:
+    """An extension's parent run (its directory's name), from ``run.json``'s lineage."""
+    parent = info.get("parent")
+    return str(parent.get("run")) if isinstance(parent, dict) and parent.get("run") else None
 
 
 def _text(value: Any) -> str:
@@ -130,7 +140,7 @@ def run_line(run: Path, root: Path) -> RunLine:
     """What ``posx runs`` shows for one run directory."""
     r = run_record(run, root)
     if r["status"] == "unreadable":
-        return RunLine("unreadable", *["?"] * 7, r["error"], r["run"], record=r)
+        return RunLine("unreadable", *["?"] * 7, r["error"], "?", r["run"], record=r)
     loss = r["final_loss"]
     lengths = r["eval_lengths"]
     return RunLine(
@@ -139,10 +149,13 @@ def run_line(run: Path, root: Path) -> RunLine:
         task=_text(r["task"]),
         model=_text(r["model"]),
         train_length=_text(r["L_train"]),
-        steps=f"{_text(r['steps_done'])}/{_text(r['steps_total'])}",
+        steps="pretrained"
+        if r["status"] == "pretrained"
+        else f"{_text(r['steps_done'])}/{_text(r['steps_total'])}",
         seed=_text(r["seed"]),
         final_loss="—" if loss is None else f"{loss:.4f}",
         lengths=",".join(map(str, lengths)) if lengths else "—",
+        parent=r["parent"] or "—",
         path=r["run"],
         record=r,
     )

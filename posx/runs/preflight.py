@@ -123,6 +123,14 @@ def check_overrides(
         _check_config(cfg, build, trust)
 
 
+def override_combinations(overrides: list[str], dirs: list[Path]) -> list[list[str]]:
+    """The combinations of ``key=value`` that check each value of each sweep once (the other
+    overrides at their first value), Hydra's own settings left out: what
+    :func:`check_overrides` composes, for a caller's own checks (``posx extend``'s shapes)."""
+    options, _ = _options(parse_overrides(overrides, dirs), dirs)
+    return [list(c) for c in sorted(_combinations(options))]
+
+
 def _options(parsed: list[Override], dirs: list[Path]) -> tuple[list[list[str]], list[str]]:
     """Every value of each config override as ``key=value`` (a config group's options checked
     to exist), and the ``hydra...`` overrides apart.

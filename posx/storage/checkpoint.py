@@ -7,6 +7,7 @@ renamed into place, so a kill at any moment leaves one complete checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from safetensors import SafetensorError, safe_open
+from safetensors.torch import load as safetensors_load
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from posx.errors import PosxError, one_line
@@ -252,3 +254,27 @@ def load_checkpoint(
             slots.setdefault(int(pid), {})[name] = value
         optimizer.load_state_dict({"state": slots, "param_groups": meta["param_groups"]})
     return state
+
+
+def read_weights(run_dir: Path) -> tuple[dict[str, torch.Tensor], str]:
+    """The checkpoint's weights and the SHA-256 of its model.safetensors, from one read of the
+    file (so the hash is of the bytes loaded): what an extension (``posx extend``) starts from.
+
+    Raises:
+        PosxError: No checkpoint, or a truncated or corrupt file (naming the run).
+    """
+    path = checkpoint_dir(run_dir) / "model.safetensors"
+    try:
+        data = path.read_bytes()
+        return safetensors_load(data), hashlib.sha256(data).hexdigest()
+    except (OSError, SafetensorError) as err:
+        raise _corrupt(path, run_dir, err) from err
+
+
+def checkpoint_state(run_dir: Path) -> dict[str, Any]:
+    """The checkpoint's ``trainer.json`` (its ``step``, ``tokens``, ``identity``).
+
+    Raises:
+        PosxError: No checkpoint, or a damaged or newer-schema file (naming the run).
+    """
+    return _trainer_state(checkpoint_dir(run_dir), run_dir)

@@ -46,7 +46,8 @@ def run_meta(
         "posx_version": __version__,
         "run": run_dir.name,
         # A non-default position strategy is part of what was trained: rope+randomized != rope.
-        "encoding": run_label(names["encoding"], positions),
+        # An extension's label says what was done to its parent: rope+yarn×4+ft@256.
+        "encoding": names.get("run_label") or run_label(names["encoding"], positions),
         "positions": positions,
         "positions_config": OmegaConf.to_container(cfg.get("positions") or {}, resolve=True),
         "task": names["task"],
@@ -61,6 +62,7 @@ def run_meta(
         "train_precision": precision_name(cfg.train.precision, device),
         "eval_precision": precision_name(cfg.eval.precision, device),
     }
+    meta.update(lineage(cfg, names))
     # the whole configuration minus seed and bookkeeping, with the facts above: what
     # `posx report` groups by (it reads them back from this file)
     meta["fingerprint"] = run_fingerprint(run_dir, cfg, meta)
@@ -68,6 +70,36 @@ def run_meta(
     # run's own files never grant trust; see posx.config.trust).
     meta["needs_trust"] = needs_trust(cfg)
     return meta
+
+
+def lineage(cfg: DictConfig, names: dict[str, str]) -> dict[str, Any]:
+    """An extension's ``parent`` (directory, run, label, fingerprint, checkpoint hash, the step
+    it started from) and ``extension`` (how it was fine-tuned) for ``run.json``; ``{}`` for a
+    run trained from scratch."""
+    ext = cfg.get("extend")
+    if ext is None or not ext.parent:
+        return {}
+    parent = Path(str(ext.parent))
+    return {
+        "parent": {
+            "dir": str(parent),
+            "run": parent.name,
+            "label": str(ext.parent_label),
+            "fingerprint": str(ext.parent_fingerprint),
+            "checkpoint_sha256": str(ext.parent_sha256),
+            "step": int(ext.parent_step),
+        },
+        "extension": {
+            "train_length": int(cfg.train.length),
+            "steps": int(cfg.train.steps),
+            "lr": float(cfg.train.lr),
+            "warmup_steps": int(cfg.train.warmup_steps),
+            "positions": names.get("positions") or "default",
+            "encoding": OmegaConf.to_container(cfg.encoding, resolve=True),
+            "base_length": ext.base_length,
+            "resize": str(ext.resize),
+        },
+    }
 
 
 @dataclass

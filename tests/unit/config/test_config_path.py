@@ -60,7 +60,7 @@ def test_user_encoding_is_added_beside_the_builtin_ones(mine):
 
 
 def test_without_the_dir_the_option_is_unknown_and_named_so(mine):
-    with pytest.raises(ConfigError, match="unknown encoding 'mine'; choose from: alibi"):
+    with pytest.raises(ConfigError, match="unknown encoding 'mine'; choose from: abacus, alibi"):
         check_group_value("encoding", "mine", [])
 
 

@@ -1,0 +1,276 @@
+"""``posx extend RUN [overrides]``: context extension by fine-tuning. A new run starts from RUN's
+final weights, with RUN's own overrides as its base and the user's on top (``train.length``,
+``encoding.scaling.*``, ``positions=pose``, ``extension=yarn``, ...); a fresh optimizer and
+schedule; the data order goes on from the parent's (held-in text only).
+
+Every method is a config (configs/extension/): nothing here asks which one it is. The parent is
+untrusted input, checked as ``posx resume`` checks a run, and only read: the extension writes
+its own run directory under the parent's results root. Its ``run.json`` records the lineage
+(:func:`posx.training.record.lineage`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from posx.config.compose import compose
+from posx.config.fingerprint import run_fingerprint
+from posx.config.paths import dirs_of_searchpath, options, user_config_dirs
+from posx.config.saved import check_loadable
+from posx.errors import ConfigError, Interrupted, PosxError
+from posx.runs.evaluation import check_data
+from posx.runs.launch import run_train
+from posx.runs.preflight import override_combinations, split_args
+from posx.runs.resume import recorded_searchpath, run_overrides
+from posx.runs.shapes import check_shapes
+from posx.storage.checkpoint import checkpoint_state, read_weights
+from posx.storage.results import find_runs, run_info
+
+# What `posx extend` sets itself (the user's choice among them: extend.resize).
+OWN_KEYS = ("extend.parent", "extend.parent_sha256", "extend.parent_fingerprint",
+            "extend.parent_label", "extend.parent_step", "extend.base_length")  # fmt: skip
+RESIZE = ("none", "interpolate", "copy")
+GROUP = "extension"  # the methods: configs/extension/NAME.yaml
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _quoted(value: str) -> str:
+    """A Hydra override value as a quoted string (paths and labels may hold ``×``, ``@``)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def parents_of(path: Path) -> list[Path]:
+    """The runs ``posx extend PATH`` extends: PATH itself when it is a run directory, else every
+    run under it (a sweep or a results root) that was trained from scratch.
+
+    Raises:
+        ConfigError: PATH does not exist, or holds no run trained from scratch.
+    """
+    if not path.exists():
+        raise ConfigError(f"run directory does not exist: {path}")
+    if (path / ".hydra").is_dir() or (path / "run.json").is_file() or not path.is_dir():
+        return [path]
+    found = []
+    for run in find_runs(path):
+        try:
+            info = run_info(run)
+        except PosxError:
+            continue  # a damaged run is no base to extend; `posx runs` names it
+        if info.get("status") == "trained" and not info.get("parent"):
+            found.append(run)
+    if not found:
+        raise ConfigError(
+            f"no trained run under {path} to extend (extensions are left out; name one "
+            "directly to extend it again)"
+        )
+    return found
+
+
+def _parent_config(run: Path, dirs: list[Path], trust: Sequence[str]) -> tuple[list[str], Any]:
+    """The parent's overrides and its config composed from them, once its files, checkpoint
+    and config are checked as ``posx resume`` checks them (the config must match the
+    checkpoint; every ``_target_`` posx's own or trusted)."""
+    overrides_file = run / ".hydra" / "overrides.yaml"
+    if not overrides_file.is_file():
+        raise ConfigError(f"not a posx run directory (no .hydra/overrides.yaml): {run}")
+    info = run_info(run)
+    if info.get("status") != "trained":
+        raise ConfigError(
+            f"{run} is {info.get('status') or 'not trained'}, not trained to its last step: "
+            f"extend a finished run (finish this one with `posx resume {run}`)"
+        )
+    overrides = run_overrides(overrides_file)
+    known = [d for d in dirs_of_searchpath(recorded_searchpath(run)) if d.is_dir()]
+    cfg = compose(overrides, user_config_dirs([*dirs, *known], env=False))
+    check_loadable(run, cfg, overrides_file, trust, info, composed=True)
+    check_data(run, [], trust)  # it goes on reading the text its parent was trained on
+    # the parent's own (fresh-run) bookkeeping is not the extension's
+    own = ("invocation=", "train.resume=", "label=")  # label: the parent's, in parent_label
+    return [o for o in overrides if not o.startswith(own)], cfg
+
+
+def check_parent(run: Path, dirs: list[Path], trust: Sequence[str]) -> dict[str, Any]:
+    """Everything an extension needs from its parent, checked: its overrides, its composed
+    config, and the ``extend.*`` settings that name it.
+
+    Raises:
+        ConfigError: A missing, damaged, unfinished or untrusted parent, in one line.
+    """
+    try:
+        overrides, cfg = _parent_config(run, dirs, trust)
+        state = checkpoint_state(run)
+        if int(state.get("step", -1)) != int(cfg.train.steps):
+            raise PosxError(
+                f"the checkpoint of {run} is at step {state.get('step')} of {cfg.train.steps}"
+            )
+        _, sha = read_weights(run)  # reads every byte: a corrupt file fails here
+        info = run_info(run)
+    except Interrupted:
+        raise
+    except PosxError as err:
+        # the user's input (the parent) is what is wrong: exit 2, as for any bad argument
+        raise ConfigError(f"cannot extend {run}: {err}") from err
+    base = OmegaConf.select(cfg, "extend.base_length") or cfg.train.length
+    settings = {
+        "extend.parent": _quoted(str(run.resolve())),
+        "extend.parent_sha256": sha,
+        "extend.parent_fingerprint": str(info.get("fingerprint") or run_fingerprint(run)),
+        "extend.parent_label": _quoted(str(info.get("encoding", ""))),
+        "extend.parent_step": str(int(cfg.train.steps)),
+        "extend.base_length": str(int(base)),
+    }
+    return {
+        "overrides": overrides,
+        "cfg": cfg,
+        "settings": [f"{k}={v}" for k, v in settings.items()],
+    }
+
+
+def check_user_overrides(overrides: list[str]) -> None:
+    """Refuses what an extension cannot change: its data (``task``: it reads on through its
+    parent's held-in text) and the ``extend.*`` settings ``posx extend`` sets itself."""
+    for o in overrides:
+        key = _key(o)
+        if key == "task" or key.startswith("task."):
+            raise ConfigError(
+                f"{o!r}: an extension trains on its parent's data (the held-in text it read); "
+                "extend a run trained on the data you want instead"
+            )
+        if key in OWN_KEYS:
+            raise ConfigError(f"{o!r}: posx extend sets {key} itself from RUN")
+        if key == "extend.resize" and o.split("=", 1)[1] not in RESIZE:
+            raise ConfigError(f"{o!r}: extend.resize must be one of {', '.join(RESIZE)}")
+
+
+def method_keys(name: str, dirs: list[Path]) -> set[str]:
+    """The keys an ``extension=NAME`` yaml sets (``train.length``, ``encoding.scaling.type``,
+    ``positions`` for a ``defaults`` override of that group).
+
+    Raises:
+        ConfigError: No such option, or a yaml that is not a mapping.
+    """
+    found = options(GROUP, dirs).get(name)
+    if found is None:
+        raise ConfigError(
+            f"unknown {GROUP}={name}; choose from {', '.join(sorted(options(GROUP, dirs)))}"
+        )
+    loaded = OmegaConf.to_container(OmegaConf.load(found), resolve=False)
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{found} is not a mapping of settings")
+    keys: set[str] = set()
+    for entry in loaded.pop("defaults", None) or []:
+        if isinstance(entry, dict):  # `override /positions: pose`
+            keys |= {str(k).split()[-1].strip("/") for k in entry}
+    stack = [("", loaded)]
+    while stack:
+        prefix, node = stack.pop()
+        for key, value in node.items():
+            full = f"{prefix}{key}"
+            if isinstance(value, dict) and value:
+                stack.append((f"{full}.", value))
+            else:
+                keys.add(full)
+    return keys
+
+
+def _set_by(key: str, keys: set[str]) -> bool:
+    return any(key == k or k.startswith(f"{key}.") or key.startswith(f"{k}.") for k in keys)
+
+
+def _methods(user: list[str]) -> list[str]:
+    """The ``extension=`` values among the user's overrides (several for a sweep)."""
+    parsed = OverridesParser.create().parse_overrides([o for o in user if _key(o) == GROUP])
+    if not parsed:
+        return []
+    if parsed[0].is_sweep_override():
+        return list(parsed[0].sweep_string_iterator())
+    return [parsed[0].get_value_element_as_str()]
+
+
+def _kept(
+    parent: dict[str, Any], user: list[str], dirs: list[Path], methods: list[str]
+) -> list[str]:
+    """The parent's overrides that none of the user's replaces: not the same key, nor a key
+    set by the yaml of one of ``methods`` (the method's settings come before the parent's
+    command line)."""
+    keys = {_key(o) for o in user}
+    for name in methods:
+        keys |= method_keys(name, dirs)
+    return [o for o in parent["overrides"] if not _set_by(_key(o), keys)]
+
+
+def _merged(parent: dict[str, Any], user: list[str], dirs: list[Path]) -> list[str]:
+    """The overrides of one extension launch: the parent's that the user's do not replace,
+    the user's, then posx extend's own ``extend.*`` settings."""
+    return [*_kept(parent, user, dirs, _methods(user)), *user, *parent["settings"]]
+
+
+def split_methods(user: list[str], dirs: list[Path], parent: dict[str, Any]) -> list[list[str]]:
+    """The user's overrides as one Hydra launch, or once per value of an ``extension=a,b,c``
+    sweep when the methods' yamls replace different settings of the parent's command line
+    (each method must replace only its own)."""
+    methods = _methods(user)
+    kept = {tuple(_kept(parent, user, dirs, [m])) for m in methods}
+    if len(kept) <= 1:
+        return [user]
+    rest = [o for o in user if _key(o) != GROUP]
+    return [[*rest, f"{GROUP}={m}"] for m in methods]
+
+
+def _composer(parent: dict[str, Any], dirs: list[Path]) -> Callable[[list[str]], DictConfig]:
+    """``user overrides -> the extension's config`` for one parent."""
+    return lambda user: compose(_merged(parent, user, dirs), dirs)
+
+
+def run_extend(
+    path: Path,
+    args: list[str],
+    debug: bool = False,
+    dirs: list[Path] | None = None,
+    trust: Sequence[str] = (),
+) -> None:
+    """``posx extend PATH ARGS``: one extension of each parent (PATH, or every run trained from
+    scratch under it), each with ARGS (Hydra's flags and overrides; ``-m`` sweeps, one sweep
+    per parent).
+
+    Args:
+        path: A run directory, or a sweep or results root of runs to extend.
+        args: As after ``posx train``: overrides of the parent's config, and Hydra's flags.
+        debug: Print tracebacks of failed runs.
+        dirs: The user's config dirs (default: from ``POSX_CONFIG_PATH``).
+        trust: Trusted ``_target_`` prefixes for the parent's classes (``--trust``).
+
+    Raises:
+        ConfigError: A missing, damaged, unfinished or untrusted parent, a bad override or one
+            that changes a parameter's shape (before any run starts).
+        PosxError: A run failed (after every parent's extensions ran).
+    """
+    dirs = user_config_dirs() if dirs is None else dirs
+    flags, user = split_args(args)
+    check_user_overrides(user)
+    launches = []
+    for run in parents_of(path):  # every parent and override is checked before any run starts
+        parent = check_parent(run, dirs, trust)
+        for method in split_methods(user, dirs, parent):
+            check_shapes(run, override_combinations(method, dirs) or [[]], _composer(parent, dirs))
+            launches.append((run, parent, method))
+    failed = []
+    for run, parent, method in launches:
+        try:
+            run_train([*flags, *_merged(parent, method, dirs)], debug, dirs, trust)
+        except Interrupted:
+            raise
+        except PosxError as err:
+            if len(launches) == 1:
+                raise
+            failed.append(f"{run.name}: {err}")
+    if failed:
+        raise PosxError(f"extensions of {len(failed)} parent(s) failed: {'; '.join(failed)}")
