@@ -16,7 +16,7 @@ A preset ``configs/experiment/NAME.yaml`` declares its claims in ``configs/claim
 A statement is whitespace-separated tokens::
 
     statement := ["mrr:"] term (op term)+ clause*
-    term      := NUMBER | NAME ["×r" | "xr"]
+    term      := NUMBER | NAME ["×r" | "xr"] ["@" (Nx | N× | L=N)] [("+" | "-") NUMBER]
     op        := ">" | ">=" | "≥" | "<" | "<=" | "≤"
     clause    := "at" (Nx | N× | L=N) | "by" METRIC | "on" TASK
 
@@ -26,7 +26,11 @@ bpb`` says sinusoidal's bits per byte are the larger (worse). ``NAME ×r`` is th
 relative to its own value at the training length, both in the table's unit (the report's
 ``×r``: of exact match above chance where the task has a chance level). ``at 4x`` is four times
 each run's training length (``at L=256`` an absolute length); ``by`` defaults to the report's
-metric for the task; ``on`` names the task when the preset has several. ``mrr:`` compares mean
+metric for the task; ``on`` names the task when the preset has several. A term may be read at
+its own length, ``NAME @1x`` (at its training length) or ``NAME @L=64``, so a statement can ask
+whether an extended model at 256 reaches its base's quality at 64: ``rope+pi+ft@256 <= rope @1x
+at L=256 by bpb``; and it may carry a margin, ``A <= B + 0.1`` (A is at most 0.1 above B: the
+papers' "comparable"), applied to the mean and to each seed's value alike. ``mrr:`` compares mean
 reciprocal ranks across every task of the preset (``posx report``'s ranking, on the lengths past
 training), so it takes no ``at``, ``on`` or ``×r``.
 
@@ -56,7 +60,7 @@ RATIO_MARKS = ("×r", "xr")
 CLAUSES = ("at", "by", "on")
 GRAMMAR = (
     "['mrr:'] TERM (OP TERM)+ ['at' Nx|L=N] ['by' METRIC] ['on' TASK], TERM = NUMBER or "
-    "NAME ['×r'], OP one of > >= ≥ < <= ≤"
+    "NAME ['×r'] ['@Nx'|'@L=N'] ['+'|'-' NUMBER], OP one of > >= ≥ < <= ≤"
 )
 
 
@@ -67,11 +71,24 @@ class Term:
     name: str | None = None
     number: float | None = None
     ratio: bool = False
+    factor: int | None = None  # NAME @Nx: read at N times its training length
+    length: int | None = None  # NAME @L=N: read at eval length N
+    offset: float = 0.0  # NAME + 0.1: a margin added to its value
 
-    def __str__(self) -> str:
+    @property
+    def key(self) -> str:
+        """What is measured: the row, ×r and length, without the margin."""
         if self.name is None:
             return f"{self.number:g}"
-        return f"{self.name} ×r" if self.ratio else self.name
+        text = f"{self.name} ×r" if self.ratio else self.name
+        if self.factor is not None:
+            return f"{text} @{self.factor}x"
+        return f"{text} @L={self.length}" if self.length is not None else text
+
+    def __str__(self) -> str:
+        if not self.offset:
+            return self.key
+        return f"{self.key} {'+' if self.offset > 0 else '-'} {abs(self.offset):g}"
 
 
 @dataclass(frozen=True)
@@ -180,7 +197,8 @@ def _comparison(tokens: list[str], bad: Bad) -> tuple[list[Term], list[str], int
 
 
 def _term(tokens: list[str], i: int, bad: Bad) -> tuple[Term, int]:
-    """The term that starts at ``tokens[i]`` and how many tokens it takes (2 for ``NAME ×r``)."""
+    """The term that starts at ``tokens[i]`` and how many tokens it takes (``NAME ×r @1x + 0.1``
+    takes five)."""
     token = tokens[i]
     if NUMBER.fullmatch(token):
         return Term(number=float(token)), 1
@@ -189,7 +207,20 @@ def _term(tokens: list[str], i: int, bad: Bad) -> tuple[Term, int]:
     joined = token.endswith("×r") and len(token) > 2  # `alibi×r` as `alibi ×r`
     spaced = not joined and i + 1 < len(tokens) and tokens[i + 1] in RATIO_MARKS
     name = token.removesuffix("×r") if joined else token
-    return Term(_canonical(name), ratio=joined or spaced), 2 if spaced else 1
+    j = i + (2 if spaced else 1)
+    factor = length = None
+    if j < len(tokens) and tokens[j].startswith("@"):
+        factor, length = _length(tokens[j][1:], f"'{tokens[j]}' after {name}", bad)
+        j += 1
+    offset = 0.0
+    if j < len(tokens) and tokens[j] in ("+", "-"):
+        if j + 1 >= len(tokens) or not NUMBER.fullmatch(tokens[j + 1]):
+            raise bad(f"'{tokens[j]}' after {name} needs a number (a margin: {name} + 0.1)")
+        offset = float(tokens[j + 1]) * (1 if tokens[j] == "+" else -1)
+        j += 2
+    term = Term(_canonical(name), ratio=joined or spaced, factor=factor, length=length,
+                offset=offset)  # fmt: skip
+    return term, j - i
 
 
 def _op(token: str, before: Term, bad: Bad) -> str:
@@ -229,12 +260,16 @@ def _at(clauses: dict[str, str], bad: Bad) -> tuple[int | None, int | None]:
     no clause (None, None)."""
     if "at" not in clauses:
         return None, None
-    value = clauses["at"]
+    return _length(clauses["at"], f"'at {clauses['at']}'", bad)
+
+
+def _length(value: str, what: str, bad: Bad) -> tuple[int | None, int | None]:
+    """``4x`` as (4, None), ``L=256`` as (None, 256)."""
     if FACTOR.fullmatch(value) and int(value[:-1]) >= 1:
         return int(value[:-1]), None
     if ABSOLUTE.fullmatch(value) and int(value[2:]) >= 1:
         return None, int(value[2:])
-    raise bad(f"'at {value}': give a multiple of the training length (4x) or L=N")
+    raise bad(f"{what}: give a multiple of the training length (4x) or L=N")
 
 
 def _check_clause_names(clauses: dict[str, str], bad: Bad) -> None:
@@ -247,8 +282,11 @@ def _check_clause_names(clauses: dict[str, str], bad: Bad) -> None:
 def _check_scope(mrr: bool, clauses: dict[str, str], terms: list[Term], bad: Bad) -> None:
     """Refuses a length, task or ``×r`` on an ``mrr:`` statement (the ranking covers every task
     past training), and a plain statement without a length."""
-    if mrr and ("at" in clauses or "on" in clauses or any(t.ratio for t in terms)):
-        raise bad("an mrr: statement ranks every task past training; no 'at', 'on' or '×r'")
+    own = any(t.ratio or t.factor or t.length or t.offset for t in terms)
+    if mrr and ("at" in clauses or "on" in clauses or own):
+        raise bad(
+            "an mrr: statement ranks every task past training; no 'at', 'on', '×r', '@' or margin"
+        )
     if not mrr and "at" not in clauses:
         raise bad("say at which length: 'at 4x' (times the training length) or 'at L=256'")
 

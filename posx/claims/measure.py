@@ -22,8 +22,8 @@ def _link(a: Term, op: str, b: Term, values: dict[str, Measured], paired: bool) 
     def side(t: Term) -> tuple[float, dict[int, float] | None]:
         if t.name is None:
             return float(t.number or 0.0), None
-        m = values[str(t)]
-        return m.mean, m.seeds
+        m = values[t.key]  # a margin (`B + 0.1`) moves the mean and every seed alike
+        return m.mean + t.offset, {s: v + t.offset for s, v in m.seeds.items()}
 
     mean_a, seeds_a = side(a)
     mean_b, seeds_b = side(b)
@@ -86,11 +86,12 @@ def _summaries(verdict: Verdict, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.D
     return cells, seeds
 
 
-def _at_length(verdict: Verdict, summary: pd.DataFrame) -> pd.DataFrame:
+def _at_length(verdict: Verdict, summary: pd.DataFrame, term: Term | None = None) -> pd.DataFrame:
     """The summary's cells at the claim's length (``at 4x``: each row's own training length
-    times 4)."""
-    st = verdict.claim.statement
-    target = st.factor * summary["train_length"] if st.factor is not None else st.length
+    times 4), or at the term's own (``NAME @1x``)."""
+    own = term is not None and (term.factor is not None or term.length is not None)
+    at = term if own else verdict.claim.statement
+    target = at.factor * summary["train_length"] if at.factor is not None else at.length
     return summary[summary["eval_length"] == target]
 
 
@@ -109,8 +110,10 @@ def _measure(verdict: Verdict, term: Term, cells: pd.DataFrame, seeds: pd.DataFr
     """Adds one named term's report cell (its mean, or ×r) and per-seed cells to the verdict,
     or sets the reason it has none (not run, failed, several configurations, not learned)."""
     where = verdict.claim.statement.where()
+    if term.factor is not None or term.length is not None:
+        where = "at " + (f"{term.factor}x" if term.factor is not None else f"L={term.length}")
     mine = cells[cells["variant"].astype(str) == term.name]
-    here = _at_length(verdict, mine)
+    here = _at_length(verdict, mine, term)
     ok = here[here["n"] > 0]
     if here.empty:
         verdict.reason = f"no rows of {term.name} {where} (labels: {_labels(cells)})"
@@ -127,14 +130,14 @@ def _measure(verdict: Verdict, term: Term, cells: pd.DataFrame, seeds: pd.DataFr
     if verdict.reason:
         return
     column = "ratio_mean" if term.ratio else "mean"
-    mine = _at_length(verdict, seeds[seeds["variant"].astype(str) == term.name])
+    mine = _at_length(verdict, seeds[seeds["variant"].astype(str) == term.name], term)
     per_seed = {int(s): float(v) for s, v in zip(mine["seed"], mine[column], strict=True)}
     per_seed = {s: v for s, v in per_seed.items() if not math.isnan(v)}
     mean = float(ok[column].iloc[0])
     if math.isnan(mean) or not per_seed:
         verdict.reason = f"{term} has no value at the training length to divide by"
         return
-    verdict.measured.append(Measured(str(term), per_seed, mean))
+    verdict.measured.append(Measured(term.key, per_seed, mean))
 
 
 def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
@@ -148,7 +151,11 @@ def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
     cells, seeds = summaries
     lengths = sorted(set(_at_length(verdict, cells)["eval_length"]))
     verdict.where = f"{st.where()} (L={'/'.join(map(str, lengths))})" if lengths else st.where()
-    for term in dict.fromkeys(t for t in st.terms if t.name is not None):
+    measured: set[str] = set()
+    for term in st.terms:
+        if term.name is None or term.key in measured:
+            continue  # `A <= B` and `A <= B + 0.1` read B once
+        measured.add(term.key)
         _measure(verdict, term, cells, seeds)
         if verdict.reason:
             return

@@ -58,7 +58,7 @@ def test_an_mrr_ranking_takes_no_length():
         ("alibi > rope at 4x by", "'by' needs one value"),
         ("alibi > rope at 4x at 2x", "'at' given twice"),
         ("alibi > rope at 4x with care", "unexpected 'with'"),
-        ("mrr: nope > t5 at 2x", "no 'at', 'on' or '×r'"),
+        ("mrr: nope > t5 at 2x", "no 'at', 'on', '×r', '@' or margin"),
     ],
 )
 def test_a_bad_statement_is_one_line_naming_where_and_the_grammar(text: str, why: str):
@@ -117,21 +117,62 @@ def test_the_bpe_preset_makes_the_same_claims():
     assert bpe.claims == load_claims(files["alibi_table2"]).claims
 
 
+def _extension_labels(name: str, bases: set[str], root: Path) -> set[str]:
+    """The labels ``posx extend`` gives each method of configs/extension/ applied to a run of
+    the preset (posx.config.run_names.extension_label, with the preset's config as parent)."""
+    from omegaconf import OmegaConf
+
+    from posx.config.compose import CONFIG_DIR, compose
+    from posx.config.run_names import extension_label
+
+    parent = compose([f"experiment={name}"], hydra_node=True)
+    (root / ".hydra").mkdir(parents=True)
+    OmegaConf.save({k: v for k, v in parent.items() if k != "hydra"}, root / ".hydra/config.yaml")
+    labels = set()
+    for method in sorted(p.stem for p in (CONFIG_DIR / "extension").glob("*.yaml")):
+        cfg = compose([f"experiment={name}", f"extension={method}", f"extend.parent={root}"],
+                      hydra_node=True)  # fmt: skip
+        positions = cfg.hydra.runtime.choices.get("positions", "default")
+        for base in bases:
+            cfg.extend.parent_label = base
+            labels.add(extension_label(cfg, positions))
+    return labels
+
+
 @pytest.mark.parametrize(("name", "path"), SHIPPED, ids=[n for n, _ in SHIPPED])
-def test_every_claim_names_rows_its_preset_makes(name: str, path: Path):
+def test_every_claim_names_rows_its_preset_makes(name: str, path: Path, tmp_path: Path):
     """The labels a preset's runs get: its swept encodings (with a non-default position
-    strategy appended) and their eval-time variants (posx.config.variant_names.short_label)."""
+    strategy appended) and their eval-time variants (posx.config.variant_names.short_label);
+    a swept config group other than those (an ``arm`` setting encoding and positions) counts
+    with the encoding and positions each of its options picks; where the claims name
+    extensions (``+ft@``), the labels ``posx extend`` gives the preset's runs."""
+    import itertools
+
     from posx.config.compose import compose
+    from posx.config.run_names import run_label
     from posx.config.variant_names import short_label
 
     cfg = compose([f"experiment={name}"], hydra_node=True)
     params = cfg.hydra.sweeper.params or {}
     split = lambda key, default: str(params.get(key, default)).split(",")  # noqa: E731
-    encodings = split("encoding", cfg.hydra.runtime.choices.encoding)
-    positions = [p for p in split("positions", "default") if p != "default"]
-    labels = {*encodings, *(f"{e}+{p}" for e in encodings for p in positions)}
-    for variant in cfg.eval.variants:
-        overrides = " ".join(sorted(str(o) for o in variant))
-        labels |= {short_label(e, overrides) for e in encodings}
-    for claim in load_claims(path, name).claims:
+    groups = [
+        k for k in params if k not in ("encoding", "positions") and (path.parents[1] / k).is_dir()
+    ]
+    labels: set[str] = set()
+    for picks in itertools.product(*(split(k, None) for k in groups)):
+        picked = [f"{k}={v}" for k, v in zip(groups, picks, strict=True)]
+        arm = compose([f"experiment={name}", *picked], hydra_node=True) if picked else cfg
+        encodings = split("encoding", arm.hydra.runtime.choices.encoding)
+        positions = split("positions", arm.hydra.runtime.choices.get("positions", "default"))
+        labels |= {run_label(e, p) for e in encodings for p in positions}
+        for variant in arm.eval.variants:
+            overrides = " ".join(sorted(str(o) for o in variant))
+            labels |= {short_label(e, overrides) for e in encodings}
+    claims = load_claims(path, name).claims
+    if any("+ft@" in n for c in claims for n in c.statement.names):
+        bases = {
+            run_label(e, "default") for e in split("encoding", cfg.hydra.runtime.choices.encoding)
+        }
+        labels |= _extension_labels(name, bases, tmp_path / "parent")
+    for claim in claims:
         assert set(claim.statement.names) <= labels, (claim.id, labels)
