@@ -30,8 +30,10 @@ from torch import Tensor, nn
 from posx.encodings.base import relative_distance
 from posx.encodings.per_layer import PerLayer
 from posx.kernels.blocked import (
+    BiasFn,
     ScoresFn,
     blocked_attend,
+    blocked_bias_sdpa,
     consecutive_positions,
     gather_relative,
     relative_shift,
@@ -159,8 +161,15 @@ class TransformerXL(PerLayer):
         # once: per block, a scaling pass and a copy of the transposed key slice were measurable.
         scale = q.shape[-1] ** -0.5
         qu, qv = (q + u) * scale, (q + v_bias) * scale
+        consecutive = consecutive_positions(q_pos, k_pos)
+        needs_grad = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (q, k, v, w_r, self.u, self.v)
+        )
+        if consecutive and not needs_grad:  # evaluation: terms (b) + (d) as SDPA's mask
+            bias = self._shifted_bias(qv, k.shape[-2], w_r)
+            return blocked_bias_sdpa(qu, k, v, bias, self.block_size, 1.0)
         k_t = k.transpose(-1, -2).contiguous()  # [b, h, d_h, s]
-        if consecutive_positions(q_pos, k_pos):
+        if consecutive:
             return blocked_attend(v, self._shifted_scores(qu, qv, k_t, w_r), self.block_size)
         # Every distance is an integer in [lo, hi]: P_d = W_R R_d for each, and term (b) + (d)
         # of pair (i, j) is (q_i + v) . P_{d(i, j)}, read from a per-query table.
@@ -188,8 +197,7 @@ class TransformerXL(PerLayer):
         gather, at the price of ``bq - 1`` more columns in that product.
         """
         s = k_t.shape[-1]
-        table = xl_sinusoid(torch.arange(s - 1, -s, -1, device=k_t.device), self.r_dim)
-        p_t = torch.einsum("nr,hdr->hdn", table, w_r.float()).to(qu.dtype)  # [h, d_h, 2s - 1]
+        p_t = self._distance_table(s, w_r, qu.dtype)  # [h, d_h, 2s - 1]
 
         def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
             content = qu[..., i0:i1, :] @ k_t[..., j0:i1]  # (a) + (c)
@@ -198,6 +206,23 @@ class TransformerXL(PerLayer):
             return content.add_(relative_shift(rel, i1 - j0)), None
 
         return scores
+
+    def _shifted_bias(self, qv: Tensor, s: int, w_r: Tensor) -> BiasFn:
+        """Terms (b) + (d) of a block at consecutive positions, as :meth:`_shifted_scores`
+        reads them (the fused kernel's mask: a view of a product of the block's own)."""
+        p_t = self._distance_table(s, w_r, qv.dtype)
+
+        def bias(i0: int, i1: int) -> Tensor:
+            rel = qv[..., i0:i1, :] @ p_t[..., s - i1 : s - 1 - i0 + i1]
+            # The strided view itself: SDPA reads a mask by its strides (a copy cost 20 %).
+            return relative_shift(rel, i1)
+
+        return bias
+
+    def _distance_table(self, s: int, w_r: Tensor, dtype: torch.dtype) -> Tensor:
+        """``P_d = W_R R_d`` for distances ``s - 1`` down to ``1 - s``: ``[h, d_h, 2s - 1]``."""
+        table = xl_sinusoid(torch.arange(s - 1, -s, -1, device=w_r.device), self.r_dim)
+        return torch.einsum("nr,hdr->hdn", table, w_r.float()).to(dtype)
 
     def _feature_attend(
         self,

@@ -172,6 +172,49 @@ def blocked_attend(
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
 
 
+# (i0, i1) -> the additive bias [b, h, i1 - i0, i1] of queries [i0, i1) and keys [0, i1), already
+# scaled, before masking, in a tensor (or a non-overlapping view) of its own: masked in place
+BiasFn = Callable[[int, int], Tensor]
+
+
+def blocked_bias_sdpa(
+    q: Tensor, k: Tensor, v: Tensor, bias_fn: BiasFn, block_size: int, scale: float
+) -> Tensor:
+    """Causal attention whose logits are ``scale * q . k`` plus a per-pair bias, one query block
+    at a time, each through SDPA's fused kernel with the block's bias as its float mask.
+
+    For encodings whose extra terms are all additive scores (no value term): the fused kernel
+    takes the content product, the softmax and the value product in one pass, with no
+    probabilities tensor, 2x faster per block than :func:`blocked_attend` at 1,024 tokens on
+    the CPU. Without a gradient only: the CPU kernel has no gradient for the mask.
+
+    Args:
+        q: Queries ``[b, h, s, d_h]``.
+        k: Keys ``[b, h, s, d_h]``.
+        v: Values ``[b, h, s, d_h]``.
+        bias_fn: The block's bias (see :data:`BiasFn`).
+        block_size: Most queries per block; fewer at long lengths (:func:`query_block` with
+            :data:`ATTEND_BLOCK_ELEMENTS`).
+        scale: Factor of ``q . k`` (the bias is not scaled).
+
+    Returns:
+        ``[b, h, s, d_h]``.
+    """
+    b, h, s, _ = v.shape
+    # The budget of the explicit path: the bias and the product it is read from are as large.
+    step = query_block(block_size, b, h, s, ATTEND_BLOCK_ELEMENTS)
+    outputs = []
+    for i0 in reversed(range(0, s, step)):  # largest block first (see blocked_attend)
+        i1 = min(s, i0 + step)
+        mask = mask_future_(bias_fn(i0, i1).to(q.dtype), i0, i1)
+        outputs.append(
+            torch.nn.functional.scaled_dot_product_attention(
+                q[..., i0:i1, :], k[..., :i1, :], v[..., :i1, :], attn_mask=mask, scale=scale
+            )
+        )
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
+
+
 def _flash_lse(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
     """Unmasked attention and its log-sum-exp ``[b, h, sq]``: the CPU's fused flash kernel."""
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, scale=scale)

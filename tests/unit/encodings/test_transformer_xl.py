@@ -115,16 +115,22 @@ def test_distance_span():
     assert distance_span(torch.arange(5) * 1000, torch.arange(5) * 1000) is None  # too sparse
 
 
-@pytest.mark.parametrize("block", [1, 2, 4, 256])
-def test_consecutive_positions_read_the_shifted_product_without_a_gather(block, monkeypatch):
-    """Positions one apart (any start, per row too) take the relative shift: no index tensor,
-    no gather, and the hand computation's result."""
-    gen = torch.Generator().manual_seed(4)
+def one_layer(block: int, seed: int) -> tuple[TransformerXL, torch.Generator]:
+    """A one-layer encoding with parameters large enough to matter, and the generator after."""
+    gen = torch.Generator().manual_seed(seed)
     enc = TransformerXL(n_heads=H, head_dim=D, d_model=H * D, n_layers=1, r_dim=R)
     enc.block_size = block
     with torch.no_grad():
         for p in enc.parameters():
             p.copy_(torch.randn(p.shape, generator=gen))
+    return enc, gen
+
+
+@pytest.mark.parametrize("block", [1, 2, 4, 256])
+def test_consecutive_positions_read_the_shifted_product_without_a_gather(block, monkeypatch):
+    """Positions one apart (any start, per row too) take the relative shift: no index tensor,
+    no gather, and the hand computation's result."""
+    enc, gen = one_layer(block, seed=4)
     q, k, v = (torch.randn(2, H, S, D, generator=gen) for _ in range(3))
 
     def no_gather(*args, **kwargs):
@@ -137,3 +143,22 @@ def test_consecutive_positions_read_the_shifted_product_without_a_gather(block, 
     for r in range(2):
         want = reference(enc, 0, q[r : r + 1], k[r : r + 1], v[r : r + 1], rows[r])
         torch.testing.assert_close(got[r : r + 1], want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("block", [1, 4, 256])
+def test_evaluation_takes_the_fused_kernel_with_the_training_paths_result(block, monkeypatch):
+    """Without a gradient, consecutive positions go through SDPA with terms (b) + (d) as its
+    mask (issue 34); with one, through the blocked kernel. Both give the same attention."""
+    enc, gen = one_layer(block, seed=5)
+    q, k, v = (torch.randn(2, H, 9, D, generator=gen) for _ in range(3))
+    pos = torch.arange(9) + 7
+    trained = enc.attend(q, k, v, pos, pos)  # parameters need a gradient: blocked kernel
+    assert trained.requires_grad
+
+    def no_blocked(*args, **kwargs):
+        raise AssertionError("evaluation should take the fused kernel")
+
+    monkeypatch.setattr(transformer_xl, "blocked_attend", no_blocked)
+    with torch.no_grad():
+        evaluated = enc.attend(q, k, v, pos, pos)
+    torch.testing.assert_close(evaluated, trained.detach(), atol=1e-5, rtol=1e-5)

@@ -221,3 +221,26 @@ def test_the_future_mask_touches_only_the_blocks_own_keys(i0, i1, j0):
     want = logits + future_bias(i0, i1, logits.device, j0)
     assert mask_future_(logits, i0, i1, j0) is logits
     torch.testing.assert_close(logits, want)
+
+
+@pytest.mark.parametrize("block", [1, 5, 256])
+def test_bias_through_sdpa_equals_the_explicit_blocked_path(block, monkeypatch):
+    """blocked_bias_sdpa (the bias as SDPA's mask, per block) against blocked_attend with the
+    same bias added to the scaled logits."""
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(B, H, S, D, generator=gen) for _ in range(3))
+    bias = torch.randn(B, H, S, S, generator=gen)
+    seen = []
+
+    def bias_fn(i0: int, i1: int) -> torch.Tensor:
+        seen.append((i0, i1))
+        return bias[..., i0:i1, :i1].clone()
+
+    def scores(i0: int, i1: int, j0: int) -> tuple[torch.Tensor, None]:
+        logits = q[..., i0:i1, :] @ k[..., j0:i1, :].transpose(-1, -2) * D**-0.5
+        return logits + bias[..., i0:i1, j0:i1], None
+
+    monkeypatch.setattr(blocked, "ATTEND_BLOCK_ELEMENTS", B * H * S * 3)  # 3 queries a block
+    got = blocked.blocked_bias_sdpa(q, k, v, bias_fn, block, D**-0.5)
+    torch.testing.assert_close(got, blocked_attend(v, scores, block), atol=1e-5, rtol=1e-5)
+    assert max(i1 - i0 for i0, i1 in seen) == min(block, 3)
