@@ -104,3 +104,38 @@ def matches(wanted: str, encoding: str, overrides: str, label: str) -> bool:
     return bool(asked) and all(
         any(part == a or part.startswith(f"{a}{TIMES}") for part in have) for a in asked
     )
+
+
+def scaling_cell(cfg: object) -> str:
+    """The eval-time scaling a run's config makes its encoding use, as the ``scaling`` cell of
+    an eval row: the encoding node's ``scaling`` with its defaults filled in, as compact JSON
+    (``{"factor": 4.0, "original_length": 64, "type": "yarn", ...}``); ``""`` for an encoding
+    without one. It says what ran whether the scaling came from an eval-time override or from
+    the run's own config (a ``posx extend`` run fine-tuned with YaRN is evaluated with it).
+
+    Args:
+        cfg: The composed config the evaluation built its model from.
+
+    Returns:
+        The JSON cell, or ``""``.
+    """
+    import dataclasses
+    import json
+
+    from omegaconf import OmegaConf
+
+    from posx.config.build import model_dims
+    from posx.encodings.rope_scaling import RopeScaling
+
+    node = OmegaConf.select(cfg, "encoding.scaling")
+    if node is None:
+        return ""
+    plain = OmegaConf.to_container(node, resolve=True)
+    if not isinstance(plain, dict):
+        return ""
+    try:  # the encoding's own rule fills original_length (the first training length)
+        made = RopeScaling.from_config(plain, model_dims(cfg)["train_length"])
+    except (TypeError, ValueError):
+        return json.dumps(plain, sort_keys=True, default=str)
+    fields = {k: v for k, v in dataclasses.asdict(made).items() if v is not None}
+    return json.dumps(fields, sort_keys=True)

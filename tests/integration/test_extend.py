@@ -128,6 +128,10 @@ def test_extension_is_evaluated_with_its_scaling_by_default(cli, extended):
     rows = pd.read_csv(run / "eval.csv")
     off = rows[rows["eval_length"] == 32]
     assert list(off["overrides"]) == ["encoding.scaling.type=none"]  # the row says what ran
+    assert json.loads(off["scaling"].iloc[0])["type"] == "none"
+    own = json.loads(rows[rows["overrides"].isna()]["scaling"].iloc[0])  # the run's own scaling
+    assert own["type"] == "yarn" and own["factor"] == 4
+    assert own["original_length"] == int(cfg.extend.base_length) != int(cfg.train.length)
 
 
 def test_runs_shows_the_parent_and_report_groups_by_it(cli, base, extended):
