@@ -66,11 +66,13 @@ class _RK4Solve(torch.autograd.Function):
 
     Forward inputs: ``p0 [d]``, ``drift [steps, 3, d]`` (the drift at each step's start,
     midpoint and end; no gradient), the step ``h``, steps per position, ``W1 [u, d]``,
-    ``b1 [u]``, ``W2 [d, u]``, ``b2 [d]``. Output: the states at every position, ``[n, d]``.
+    ``b1 [u]``, ``W2 [d, u]``, ``b2 [d]``, and ``keep``: whether to save the stages' inputs
+    and hidden activations for a backward (not without gradients: at 32k they were a third of
+    the evaluation's peak memory). Output: the states at every position, ``[n, d]``.
     """
 
     @staticmethod
-    def forward(ctx, p0, drift, h, substeps, w1, b1, w2, b2):  # noqa: ANN001, ANN205, D102
+    def forward(ctx, p0, drift, h, substeps, keep, w1, b1, w2, b2):  # noqa: ANN001, ANN205, D102
         steps = drift.shape[0]
         y = p0.unsqueeze(0)  # [1, d]: addmm instead of a product and a separate bias add
         states, inputs, hidden = [y], [], []
@@ -80,8 +82,9 @@ class _RK4Solve(torch.autograd.Function):
             for at, coef in ((0, h / 2), (1, h / 2), (1, h), (2, None)):
                 a = torch.tanh(torch.addmm(b1, u, w1.t()))
                 k = torch.addmm(b2, a, w2.t()) + drift[step, at]
-                inputs.append(u)
-                hidden.append(a)
+                if keep:  # a backward will need them; evaluation at 32k would hold 8 n rows
+                    inputs.append(u)
+                    hidden.append(a)
                 ks.append(k)
                 if coef is not None:
                     u = y + coef * k
@@ -124,6 +127,7 @@ class _RK4Solve(torch.autograd.Function):
         g_z = (g_out @ w2) * slope  # d loss / d (W1 u + b1) of every stage
         return (
             g_y.squeeze(0),
+            None,
             None,
             None,
             None,
@@ -217,7 +221,10 @@ class Floater(PositionalEncoding):
             drift = y.new_zeros(len(starts), 3, self.d_model)
         first, second = self.net[0], self.net[2]
         weights = (first.weight, first.bias, second.weight, second.bias)
-        return _RK4Solve.apply(y, drift, 1.0 / substeps, substeps, *(w.float() for w in weights))
+        keep = torch.is_grad_enabled() and (y.requires_grad or any(w.requires_grad for w in weights))
+        return _RK4Solve.apply(
+            y, drift, 1.0 / substeps, substeps, keep, *(w.float() for w in weights)
+        )
 
     def table(self, n: int) -> Tensor:
         """``p(t)`` at ``t = 0..n-1``: ``[n, d]`` float32 (cached while parameters are unchanged
