@@ -85,7 +85,7 @@ def eval_set(
         return task.eval_set(length, sequences, seed)
     key = cache_key(task_cfg, task, length, sequences, seed)
     path = cache_dir / f"L{length}_n{sequences}_s{seed}_{key[:16]}.safetensors"
-    cached = _read(path, length) if path.is_file() else None
+    cached = _read(path, task.tokens_for(length)) if path.is_file() else None
     if cached is not None:
         return cached
     batch = task.eval_set(length, sequences, seed)

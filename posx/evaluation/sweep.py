@@ -22,12 +22,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from posx.config.build import build_model, build_positions, build_task
 from posx.config.fingerprint import run_fingerprint
 from posx.config.saved import loadable_config, recorded_overrides
+from posx.config.variant_names import scaling_cell
 from posx.errors import PosxError
 from posx.evaluation.buckets import bucket_rows
 from posx.evaluation.data import CACHE_DIR, eval_set, results_root
 from posx.evaluation.memory import PeakMemory
 from posx.evaluation.protocol import Protocol, Tally, resolve_protocol, score
 from posx.model.transformer import TransformerLM
+from posx.positions import PositionStrategy
 from posx.runtime.distributed import pick_device
 from posx.runtime.precision import autocast_context, precision_name
 from posx.storage.checkpoint import load_checkpoint
@@ -91,6 +93,30 @@ def evaluate_length(
     return row, bucket_rows(tally, ecfg.buckets)
 
 
+class StructuredForward:
+    """``model`` as the evaluator calls it, with positions from the task's token structure.
+
+    For strategies that declare ``needs_structure`` (coupling, Abacus): each forward pass's
+    positions are the strategy's evaluation positions (no random offset) for the tokens it
+    reads, whatever positions the caller passes.
+
+    Args:
+        model: The trained LM.
+        task: The run's task (reports the structure of any token rows).
+        strategy: The run's position strategy.
+    """
+
+    def __init__(self, model: TransformerLM, task: Task, strategy: PositionStrategy) -> None:
+        self.model, self.task, self.strategy = model, task, strategy
+        self.generator = torch.Generator()  # unused: evaluation draws no offsets
+
+    def __call__(self, tokens: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
+        """``tokens [b, s]`` -> logits ``[b, s, vocab]``."""
+        structure = self.task.structure(tokens.cpu())
+        positions = self.strategy.structured(structure, self.generator, training=False)
+        return self.model(tokens, positions.to(tokens.device))
+
+
 def evaluate_model(
     model: TransformerLM,
     task: Task,
@@ -108,10 +134,13 @@ def evaluate_model(
     task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
     bar = progress.add_task("eval", total=len(lengths), what="") if progress else None
     rows, buckets = [], []
+    train_width = task.tokens_for(cfg.train.length)
     for done, length in enumerate(lengths):
-        proto = resolve_protocol(ecfg.mode, length, ecfg.window, ecfg.stride, cfg.train.length)
+        width = task.tokens_for(length)  # = length for a task measured in tokens
+        proto = resolve_protocol(ecfg.mode, width, ecfg.window, ecfg.stride, train_width)
         row: dict[str, Any] = {
             "eval_length": length,
+            "length_unit": task.length_unit,
             "mode": proto.mode,
             "window": proto.window,
             "stride": proto.stride,
@@ -127,15 +156,18 @@ def evaluate_model(
             row.update(status="unsupported", reason=reason)
         else:
             try:
-                n = sequences_for(ecfg.tokens, length)
+                n = sequences_for(ecfg.tokens, width)
                 data = eval_set(task, length, n, ecfg.seed, cache_dir, task_cfg)
 
                 def on_batch(i: int, total: int, done: int = done, length: int = length) -> None:
                     if progress is not None and bar is not None:
                         progress.update(bar, completed=done + i / total, what=f"L={length}")
 
+                reader = (
+                    StructuredForward(model, task, strategy) if strategy.needs_structure else model
+                )
                 metrics_, position_rows = evaluate_length(
-                    model, task, data, proto, ecfg, device, on_batch, strategy.evaluator(ecfg.seed)
+                    reader, task, data, proto, ecfg, device, on_batch, strategy.evaluator(ecfg.seed)
                 )
                 row.update(metrics_)
                 buckets += [{**row_key(row), **b} for b in position_rows]
@@ -215,6 +247,7 @@ def evaluate_run(
         "seed": info["seed"],
         "train_length": info["train_length"],
         "overrides": recorded_overrides(overrides),
+        "scaling": scaling_cell(cfg),  # what ran, from the run's config or an override
         "eval_seed": cfg.eval.seed,
         # from the saved config: `cfg` here carries the eval-time overrides
         "fingerprint": run_fingerprint(run_dir) or info.get("fingerprint", ""),

@@ -15,12 +15,21 @@ from rich.table import Table
 from rich.text import Text
 
 from posx.report.chance import NOT_LEARNED
-from posx.report.tables import Section, WideTable, cell_parts, row_label, title
+from posx.report.tables import (
+    Section,
+    WideTable,
+    cell_parts,
+    length_header,
+    row_label,
+    tex_length,
+    title,
+)
 
 LEGEND = (
     "mean ± std over seeds in the unit of the table's title (n = distinct seeds); L = eval "
-    "length in tokens; ×r = the cell's value over the same run's value at its training length "
-    "(same metric, 1.00 = unchanged); best per column in bold"
+    "length in tokens (a column named N digits: operands of up to N digits); ×r = the "
+    "cell's value over the same run's value at its training length (same metric, 1.00 = "
+    "unchanged); best per column in bold"
 )
 UNLEARNED_NOTE = (
     "not learned = below --learned at its own training length (exact match above chance, or "
@@ -92,7 +101,7 @@ def _rich_table(t: WideTable, digits: int, ratio: bool) -> Table:
     table.add_column("encoding", style="bold", no_wrap=True)  # labels are short
     table.add_column("n", justify="right")
     for length in t.lengths:
-        table.add_column(f"L={length}", justify="right")
+        table.add_column(length_header(t.meta, length), justify="right")
     for row in t.rows:
         label = Text(row)
         if row in t.not_learned:  # on its own line: the label column never wraps
@@ -170,7 +179,7 @@ def to_markdown(
     """GitHub-flavoured Markdown: a bold title, the table, then its notes, per scenario."""
     parts = []
     for t in tables:
-        header = ["encoding", "n", *(f"L={x}" for x in t.lengths)]
+        header = ["encoding", "n", *(length_header(t.meta, x) for x in t.lengths)]
         rows = [
             [
                 row_label(t, row),
@@ -264,7 +273,7 @@ def to_latex(
     """One booktabs ``table`` per scenario (caption = title + legend), notes under the tabular."""
     parts = [r"% posx report; needs \usepackage{booktabs}"]
     for t in tables:
-        header = ["encoding", "$n$", *(f"$L={x}$" for x in t.lengths)]
+        header = ["encoding", "$n$", *(tex_length(t.meta, x) for x in t.lengths)]
         rows = [
             [
                 tex_escape(row_label(t, row)),

@@ -18,7 +18,7 @@ from posx.report.configs import distinguishing, read_run_config
 from posx.report.export import _rank_cells, legend, rank_title
 from posx.report.plots import slug
 from posx.report.provenance import Provenance, link
-from posx.report.tables import Section, WideTable, cell_parts, row_label, title
+from posx.report.tables import Section, WideTable, cell_parts, length_header, row_label, title
 
 STYLE = """
 * { box-sizing: border-box; }
@@ -228,7 +228,7 @@ def _no_plot(stem: str, why: str) -> str:
 
 def _result(i: int, t: WideTable, digits: int, ratio: bool, plots: list[str]) -> list[str]:
     """Scenario table ``i`` as a section: its title, the table, its notes, then its plots."""
-    header = ["encoding", "n", *(f"L={x}" for x in t.lengths)]
+    header = ["encoding", "n", *(length_header(t.meta, x) for x in t.lengths)]
     rows = []
     for row in t.rows:
         cells = "".join(_cell(t, row, x, digits, ratio) for x in t.lengths)

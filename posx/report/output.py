@@ -69,7 +69,9 @@ def report_plots(report: Report) -> Plots:
     """Every plot of the report (file stem, matplotlib Figure) and the reasons for those left
     out, drawn once per report."""
     if report.figures is None:
-        report.figures = figures(report.tables, report.positions, report.training, report.by)
+        report.figures = figures(
+            report.tables, report.positions, report.training, report.by, report.rows
+        )
     return report.figures
 
 

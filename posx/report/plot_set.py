@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from posx.report.labels import table_keys
+from posx.report.plot_operands import operand_figures
 from posx.report.plot_positions import longest_buckets, positions_figure
 from posx.report.plot_style import row_colors
 from posx.report.plots import (
@@ -21,7 +22,7 @@ from posx.report.plots import (
     training_figure,
     training_key,
 )
-from posx.report.tables import WideTable
+from posx.report.tables import WideTable, length_unit
 
 
 def _all_rows(
@@ -56,9 +57,11 @@ def figures(
     positions: pd.DataFrame | None,
     training: pd.DataFrame | None,
     by: Sequence[str] = (),
+    rows: pd.DataFrame | None = None,
 ) -> Plots:
     """Every figure of a report, colours shared across all of them; a plot that would be empty
-    is left out with the reason instead."""
+    is left out with the reason instead. ``rows`` (the labelled eval rows) adds the
+    operand-length heatmap of arithmetic runs."""
     colors = row_colors(_all_rows(tables, positions, training))
     out = Plots()
     for t in tables:
@@ -81,9 +84,12 @@ def figures(
                 out.skipped.append((slug("positions", meta), why))
                 continue
             out.figures.append((slug("positions", meta), positions_figure(meta, part, by, colors)))
+    out.figures += operand_figures(rows)
+    units = {str(t.meta.get("task")): length_unit(t.meta) for t in tables}
     if training is not None and len(training):
         for key, part in training.groupby(["task", "model", "train_length"]):
             meta = dict(zip(["task", "model", "train_length"], key, strict=True))
+            meta["length_unit"] = units.get(str(meta["task"]), "tokens")
             out.figures.append((slug("training", meta), training_figure(meta, part, colors)))
     stems: dict[str, int] = {}
     unique: Figures = []

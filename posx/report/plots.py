@@ -29,7 +29,7 @@ from posx.report.plot_style import (
     place_legend,
     value_limits,
 )
-from posx.report.tables import WideTable, row_label, title
+from posx.report.tables import WideTable, length_unit, row_label, title
 from posx.report.units import metric_label, unit
 
 Figures = list[tuple[str, Any]]
@@ -98,7 +98,7 @@ def length_figure(t: WideTable, colors: dict[str, str]) -> Any:
     train_lines(ax, t.train_lengths.values())
     _log2_lengths(ax, t.lengths)
     fraction_axis(ax, t.metric)
-    ax.set_xlabel("eval length (tokens)")
+    ax.set_xlabel(f"eval length ({length_unit(t.meta)})")
     ax.set_ylabel(metric_label(t.metric))
     fit_title(ax, title(t.meta), WIDTH)
     ax.grid(alpha=0.3)
@@ -139,7 +139,7 @@ def heatmap_figure(t: WideTable, colors: dict[str, str]) -> Any:
     ax.set_yticks(range(len(t.rows)), [row_label(t, r) for r in t.rows], fontsize=7)
     for tick, row in zip(ax.get_yticklabels(), t.rows, strict=True):
         tick.set_color(colors[row])
-    ax.set_xlabel("eval length (tokens)")
+    ax.set_xlabel(f"eval length ({length_unit(t.meta)})")
     fit_title(ax, title(t.meta), width, fontsize=8)
     bar = fig.colorbar(image, ax=ax)
     # Along the bar, the label has the plot's height less the title and the length axis.
@@ -175,7 +175,8 @@ def training_figure(meta: dict[str, Any], part: pd.DataFrame, colors: dict[str, 
     integer_axis(ax.xaxis)
     ax.set_xlabel("step")
     ax.set_ylabel(f"training loss [{unit('loss')}]")
-    text = f"{meta['task']} · model {meta['model']} · trained at {meta['train_length']} tokens"
+    trained = f"trained at {meta['train_length']} {length_unit(meta)}"
+    text = f"{meta['task']} · model {meta['model']} · {trained}"
     fit_title(ax, f"training loss · {text}", WIDTH)
     ax.grid(alpha=0.3)
     place_legend(ax)

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from posx.encodings.structure import TokenStructure
+
+__all__ = ["Batch", "Task", "TokenStructure"]
+
 
 @dataclass
 class Batch:
@@ -43,6 +47,23 @@ class Task(ABC):
 
     vocab_size: int
     exact_match: bool = False
+    #: What ``length`` counts for this task (``tokens``; ``digits`` for arithmetic, whose
+    #: ``train.length`` and ``eval.lengths`` are operand digits). Reports label axes with it.
+    length_unit: str = "tokens"
+
+    def tokens_for(self, length: int) -> int:
+        """Tokens per sequence at ``length`` (in :attr:`length_unit`); ``length`` itself for a
+        task whose unit is tokens."""
+        return length
+
+    def structure(self, inputs: Tensor) -> TokenStructure:
+        """Per-token structure of ``inputs [b, s]``: which number, significance, role.
+
+        Tasks with numbers (arithmetic) read it from the tokens; the default treats each
+        sequence as one number of ``s`` digits (:meth:`TokenStructure.plain`), so structured
+        position strategies run on every task (as ``1 .. s`` plus their offset).
+        """
+        return TokenStructure.plain(inputs)
 
     @abstractmethod
     def train_batch(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:

@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from posx.config.build import build_model, build_positions, build_task
 from posx.model.transformer import TransformerLM
-from posx.positions import PositionStrategy, step_positions
+from posx.positions import PositionStrategy, step_positions, structured_step_positions
 from posx.runtime.distributed import (
     World,
     barrier,
@@ -35,12 +35,12 @@ from posx.storage.checkpoint import (
     save_checkpoint,
 )
 from posx.storage.results import write_csv
-from posx.tasks.base import Task
+from posx.tasks.base import Batch, Task
 from posx.training.losses import masked_loss
 from posx.training.optim import grad_norm, lr_at, make_optimizer
 from posx.training.progress import TrainProgress, tagged
 from posx.training.record import RunRecord, StepResult, Throughput, metrics_row, run_meta
-from posx.training.resume import StopOnInterrupt, restore, rng_states
+from posx.training.resume import StopOnInterrupt, restore, rng_states, start_from_parent
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +107,10 @@ class Trainer:
         lr = lr_at(step, self.cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        batch = self.task.train_batch(tcfg.batch_size, tcfg.length, self.data_rng)
-        batch = shard(batch, world).to(device)
+        batch = shard(self.task.train_batch(tcfg.batch_size, tcfg.length, self.data_rng), world)
+        pos = self.step_positions(step, batch)
+        batch = batch.to(device)
         with autocast_context(device, tcfg.precision):
-            pos = step_positions(
-                self.positions, self.cfg.seed, step, tcfg.batch_size, tcfg.length, world
-            )
             logits = self.forward(batch.inputs, pos.to(device))
         loss = masked_loss(logits, batch)
         if not torch.isfinite(loss):  # numbered as in metrics.csv: step s+1 is this batch
@@ -126,6 +124,21 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return StepResult(loss, lr, batch.inputs.numel() * world.size, norm)
+
+    def step_positions(self, step: int, batch: Batch) -> torch.Tensor:
+        """Positions of step ``step`` for this rank's rows of ``batch`` (on the CPU).
+
+        ``[s]`` or ``[b, s]`` with ``s`` the batch's width (``train.length`` tokens, or the
+        tokens a task in other units lays its instances out in); from the task's per-token
+        structure for strategies that declare ``needs_structure``.
+        """
+        if not self.positions.needs_structure:
+            return step_positions(
+                self.positions, self.cfg.seed, step, self.cfg.train.batch_size,
+                batch.inputs.shape[1], self.world,
+            )  # fmt: skip
+        structure = self.task.structure(batch.inputs)
+        return structured_step_positions(self.positions, structure, self.cfg.seed, step, self.world)
 
     def checkpoint(
         self, done: int, tokens: int, identity: dict[str, Any], record: RunRecord
@@ -156,7 +169,8 @@ class Trainer:
 
 def prepare(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, int, int, list[dict[str, Any]]]:
     """Joins the process group and builds the model, optimizer and data order; with
-    ``train.resume`` and a checkpoint in ``run_dir``, restores it.
+    ``train.resume`` and a checkpoint in ``run_dir``, restores it; else an extension
+    (``extend.parent``) starts from its parent's final weights and data order.
 
     Returns:
         The trainer, the steps and tokens done (0 and 0 for a fresh run) and the metrics rows
@@ -180,6 +194,8 @@ def prepare(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, int, int, list[dic
         checkpoint_dir(run_dir)  # a clear error if the checkpoint is incomplete
         check_identity(run_dir, cfg, "the config to resume with")
         step, tokens_seen, rows = restore(run_dir, model, optimizer, data_rng)
+    elif cfg.get("extend") is not None and cfg.extend.parent:  # `posx extend`: a new start
+        start_from_parent(cfg, model, data_rng)
     # Restored before wrapping: DDP copies rank 0's weights to the other ranks when it wraps.
     wrapped = DistributedDataParallel(model) if world.distributed else model
     # compiled for training only: evaluation runs other lengths, which would recompile
@@ -280,7 +296,8 @@ def train(
     check_in_sync(model, world)
     trainer.checkpoint(tcfg.steps, tokens_seen, identity, record)
     # Throughput over this invocation, first steps (allocator warm-up) included.
-    done_tokens = (tcfg.steps - first_step) * tcfg.batch_size * tcfg.length
+    width = trainer.task.tokens_for(tcfg.length)  # train.length may count digits (arithmetic)
+    done_tokens = (tcfg.steps - first_step) * tcfg.batch_size * width
     summary = {
         "final_loss": rows[-1]["loss"] if rows else math.nan,
         "tokens_per_s": done_tokens / max(seconds, 1e-9),

@@ -26,9 +26,11 @@ def test_task_yaml_builds_and_generates(name):
     assert isinstance(task, SyntheticTask) and task.exact_match
     # The yaml's description states the length mapping (what `posx list task` shows).
     assert re.search(r"length L holds", describe_option("task", name))
-    batch = task.train_batch(4, 64, torch.Generator().manual_seed(0))
-    assert batch.inputs.shape == (4, 64) and batch.mask.any(1).all()
-    data = task.eval_set(128, 4, seed=0)
-    assert data.inputs.shape == (4, 128) and data.mask.any(1).all()
+    # Lengths count the task's unit: tokens, or digits for arithmetic (laid out in more tokens).
+    short, long = (64, 128) if task.length_unit == "tokens" else (8, 16)
+    batch = task.train_batch(4, short, torch.Generator().manual_seed(0))
+    assert batch.inputs.shape == (4, task.tokens_for(short)) and batch.mask.any(1).all()
+    data = task.eval_set(long, 4, seed=0)
+    assert data.inputs.shape == (4, task.tokens_for(long)) and data.mask.any(1).all()
     assert data.inputs.max() < task.vocab_size
     assert task.describe()["length_mapping"]

@@ -37,6 +37,7 @@ DECAYED = {
     "dynamic_bias": set(),  # Swin V2 exempts the position-bias MLP
     "t5": {"table.weight"},
     "learned": {"table.weight"},
+    "abacus": {"table.weight"},  # an embedding table, like learned's
     "shaw": {f"layers.{i}.{w}" for i in range(2) for w in ("w_k", "w_v")},
     "cope": {f"layers.{i}.pos_emb" for i in range(2)},
     "transformer_xl": {f"layers.{i}.w_r" for i in range(2)},  # not the biases u, v

@@ -1,0 +1,54 @@
+"""Abacus embeddings (McLeish et al. 2024, "Transformers Can Do Arithmetic with the Right
+Embeddings"): a learned vector per *index within a number*, added to the token embedding.
+
+The encoding is a learned table indexed by whatever ``pos`` holds; the ``abacus`` position
+strategy (:class:`posx.positions.AbacusPositions`) makes ``pos`` the paper's index: 1 for a
+number's least-significant digit, 2 for the next, ... (0 for non-digits), shifted by a random
+offset during training. Attention itself gets no positional signal (as NoPE), as in the paper's
+main Abacus models. With ``positions=default`` it is a learned absolute table of ``max_index``
+rows.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from posx.encodings.base import PositionalEncoding
+from posx.errors import ConfigError
+
+
+class Abacus(PositionalEncoding):
+    """A table of ``max_index`` learned vectors, row ``p`` added where ``pos == p``.
+
+    The table bounds the *index* (digits per number plus the training offset), not the sequence
+    length, so ``max_len`` stays ``None``; an index past the table raises
+    :class:`~posx.errors.ConfigError` (an eval row then says ``failed`` with the reason).
+
+    Args:
+        d_model: Model width.
+        max_index: Rows of the table (the paper: 100 + the training offset range).
+    """
+
+    def __init__(self, d_model: int, max_index: int = 512) -> None:
+        super().__init__()
+        if max_index <= 0:
+            raise ConfigError(f"abacus encoding needs max_index > 0, got {max_index}")
+        self.max_index = max_index
+        self.table = nn.Embedding(max_index, d_model)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """``x [b, s, d]`` plus row ``pos`` (``[s]`` or ``[b, s]``, integer) of the table."""
+        if pos.is_floating_point():
+            # ValueError, as learned's: positions an embedding table cannot take
+            raise ValueError("abacus indices must be integers, got float positions")
+        top = int(pos.max())
+        if top >= self.max_index:
+            raise ConfigError(
+                f"abacus index {top} is past the table's {self.max_index} rows"
+                f" (set encoding.max_index > {top})"
+            )
+        return x + self.table(pos)
+
+    def extra_repr(self) -> str:
+        return f"max_index={self.max_index}"
