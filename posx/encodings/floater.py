@@ -221,7 +221,9 @@ class Floater(PositionalEncoding):
             drift = y.new_zeros(len(starts), 3, self.d_model)
         first, second = self.net[0], self.net[2]
         weights = (first.weight, first.bias, second.weight, second.bias)
-        keep = torch.is_grad_enabled() and (y.requires_grad or any(w.requires_grad for w in weights))
+        keep = torch.is_grad_enabled() and (
+            y.requires_grad or any(w.requires_grad for w in weights)
+        )
         return _RK4Solve.apply(
             y, drift, 1.0 / substeps, substeps, keep, *(w.float() for w in weights)
         )
