@@ -1,37 +1,91 @@
-"""Every encoding of one half, and rope with every position strategy, through the commands a
-user types: ``posx train -m``, ``posx eval --root`` and ``posx report``.
+"""Every option a user can pick goes through the commands a user types: each encoding yaml and
+each position strategy is trained by ``posx train -m``, each RoPE scaling type evaluated by
+``posx eval``, all of them evaluated again by ``posx eval --root`` and shown by ``posx report``.
 
 Issue 30: a fresh clone passed every test while ``posx train encoding=deberta`` and
-``encoding=xpos`` crashed, because no test went through the CLI for every option. The options
-are split over this module and its sibling (tests/integration/every_option.py says why).
+``encoding=xpos`` crashed, because no test went through the CLI for every option.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from tests.integration.every_option import (
-    HALVES,
-    build_root,
-    check_option,
-    report_of,
-)
+from posx.config.compose import CONFIG_DIR
+from posx.encodings.rope_scaling import SCALING_TYPES
 
-ENCODINGS, STRATEGIES, SCALINGS = HALVES["a"]
+ENCODINGS = sorted(p.stem for p in (CONFIG_DIR / "encoding").glob("*.yaml"))
+POSITIONS = sorted(p.stem for p in (CONFIG_DIR / "positions").glob("*.yaml"))
+SCALINGS = [s for s in SCALING_TYPES if s != "none"]
+TINY = [
+    "task=copy",
+    "model.d_model=16",
+    "model.n_heads=2",
+    "model.n_layers=1",
+    "model.d_ff=32",
+    "train.length=16",
+    "train.steps=2",
+    "train.batch_size=4",
+    "train.warmup_steps=1",
+    "train.progress=false",
+    "eval.lengths=[16]",
+    "eval.tokens=64",
+]
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    return build_root(tmp_path_factory.mktemp("every_option_a"), ENCODINGS, STRATEGIES, SCALINGS)
+    """One results root with a run of every encoding and every position strategy, each rope
+    scaling evaluated on the rope run, and everything evaluated again at 16 and 32 tokens."""
+    from tests.conftest import run_posx
+
+    root = tmp_path_factory.mktemp("every_option")
+    encodings = ",".join(ENCODINGS)
+    run_posx("train", "-m", f"encoding={encodings}", *TINY, f"root={root}", check=True)
+    strategies = ",".join(p for p in POSITIONS if p != "default")
+    run_posx("train", "-m", "encoding=rope", f"positions={strategies}", *TINY, f"root={root}",
+             check=True)  # fmt: skip
+    (rope,) = [p.parent for p in root.rglob("copy_rope_L16_*/run.json")]
+    for scaling in SCALINGS:
+        scale = [f"encoding.scaling.type={scaling}", "encoding.scaling.factor=2"]
+        run_posx("eval", str(rope), "--lengths", "32", "--no-progress", *scale, check=True)
+    run_posx("eval", "--root", str(root), "--lengths", "16,32", "--no-progress", check=True)
+    return root
+
+
+def rows(root: Path) -> pd.DataFrame:
+    frames = [
+        pd.read_csv(p, dtype={"overrides": str}).fillna({"overrides": ""})
+        for p in root.rglob("eval.csv")
+    ]
+    return pd.concat(frames, ignore_index=True)
 
 
 @pytest.fixture(scope="module")
 def report(root: Path) -> str:
-    return report_of(root)
+    from tests.conftest import run_posx
+
+    return run_posx("report", "--root", str(root), "--metric", "loss", check=True).stdout
 
 
-@pytest.mark.parametrize("label", [*ENCODINGS, *(f"rope+{p}" for p in STRATEGIES)])
+@pytest.mark.parametrize(
+    "label",
+    [*ENCODINGS, *(f"rope+{p}" for p in POSITIONS if p != "default")],
+)
 def test_every_option_trains_evaluates_and_reports(root: Path, report: str, label: str):
-    check_option(root, report, label)
+    mine = rows(root).query("encoding == @label and overrides == ''")
+    assert sorted(mine["eval_length"]) == [16, 32], f"{label}: {mine.to_dict('records')}"
+    ok = mine[mine["status"] == "ok"]
+    assert len(ok) == 2 or label == "learned", mine[["eval_length", "status", "reason"]]
+    assert (ok["loss"] > 0).all()
+    assert f"\n│ {label} " in report or f"│ {label} " in report, report
+
+
+@pytest.mark.parametrize("scaling", SCALINGS)
+def test_every_rope_scaling_evaluates_and_reports(root: Path, report: str, scaling: str):
+    mine = rows(root).query("encoding == 'rope' and overrides.str.contains(@scaling)")
+    mine = mine[mine["overrides"].str.contains(f"encoding.scaling.type={scaling}")]
+    assert len(mine) == 1 and mine["status"].iloc[0] == "ok", mine.to_dict("records")
+    assert f"rope+{scaling}×2" in report, report
