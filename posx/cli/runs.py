@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -170,15 +169,17 @@ def eval_(
     (docs/pretrained.md; `logger=tensorboard` sends its rows to a tracker), and
     `posx eval -m hf=NAME_A,NAME_B ... [hydra/launcher=slurm]` runs several as a Hydra sweep.
     """
+    from posx.cli.pretrained import HfOptions, eval_pretrained, sweep_pretrained
+
     hf_options = (variant, passkey, trust_remote_code, allow_download, revision, device_map)
-    hf = _HfOptions(variant, passkey, trust_remote_code, allow_download, revision, dtype,
+    hf = HfOptions(variant, passkey, trust_remote_code, allow_download, revision, dtype,
                     device_map)  # fmt: skip
     if {"-m", "--multirun"} & {*ctx.args, *map(str, runs or [])}:
-        _sweep_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
+        sweep_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
                           max_memory, hf)  # fmt: skip
         return
     if any(str(r).startswith("hf:") for r in runs or []):
-        _eval_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
+        eval_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
                          progress, max_memory, hf)  # fmt: skip
         return
     if any(hf_options) or dtype != "auto":
@@ -274,132 +275,6 @@ def _train_length(run: Path, rows: list[dict]) -> int:
     from posx.config.saved import run_config
 
     return int(run_config(run).train.length)
-
-
-@dataclass
-class _HfOptions:
-    variant: list[str] | None
-    passkey: bool
-    trust_remote_code: list[str] | None
-    allow_download: bool
-    revision: str | None
-    dtype: str
-    device_map: str | None
-
-
-def _eval_pretrained(
-    ctx: typer.Context,
-    runs: list[Path],
-    lengths: str | None,
-    root: Path,
-    device: str,
-    protocol: tuple[str | None, int | None, int | None, str | None],
-    progress: bool,
-    max_memory: str | None,
-    hf: _HfOptions,
-) -> None:
-    """``posx eval hf:NAME_OR_DIR ...``: one pretrained model per ``hf:`` word, each its own run
-    under ``ROOT/pretrained/``."""
-    from posx.pretrained.evaluate import Settings
-    from posx.pretrained.run import Request, evaluate_pretrained, parse_values, progress_line
-    from posx.pretrained.scaling import parse_variant
-    from posx.pretrained.track import chosen_loggers, is_logger_word
-    from posx.runs.messages import eval_table
-    from posx.runs.resources import parse_size
-
-    words = [str(r) for r in runs]
-    overrides = [w for w in [*words, *ctx.args] if "=" in w and not w.startswith("hf:")]
-    models = [w for w in words if w.startswith("hf:")]
-    other = [w for w in [*words, *ctx.args] if w not in overrides and w not in models]
-    if other:
-        raise ConfigError(
-            f"evaluate pretrained models and posx runs in separate commands (got {other[0]} "
-            "beside hf:...)"
-        )
-    mode, window, stride, buckets = protocol
-    if mode not in (None, "full", "sliding"):
-        raise ConfigError(f"unknown --mode {mode!r}; choose from full, sliding")
-    trackers = chosen_loggers([w for w in overrides if is_logger_word(w)], config_dirs(ctx))
-    values = parse_values([w for w in overrides if not is_logger_word(w)])
-    asked = parse_lengths(lengths) if lengths is not None else None
-    variants = [parse_variant(v) for v in hf.variant or ["none"]]
-    limit = parse_size(max_memory, "--max-memory")
-    for word in models:
-        settings = Settings(
-            lengths=asked or [],
-            mode=mode or "full",
-            window=window,
-            stride=stride,
-            tokens=values["eval.tokens"],
-            batch_tokens=values["eval.batch_tokens"],
-            buckets=_buckets(buckets),
-            variants=variants,
-        )
-        request = Request(
-            word, settings, values, hf.passkey, root, device, hf.dtype, hf.device_map,
-            list(hf.trust_remote_code or []), hf.revision, hf.allow_download, limit, trackers,
-        )  # fmt: skip
-
-        def line(task: str, row: dict, word: str = word) -> None:
-            if progress:
-                err_console.print(progress_line(word, task, row), markup=False, highlight=False,
-                                  soft_wrap=True)  # fmt: skip
-
-        run, rows = evaluate_pretrained(request, line, _warn)
-        console.print(str(run), style="bold", markup=False, highlight=False, soft_wrap=True)
-        for task, what in dict.fromkeys((r["task"], r["overrides"]) for r in rows):
-            group = [r for r in rows if (r["task"], r["overrides"]) == (task, what)]
-            console.print(f"{task} {what or '(as saved)'}", markup=False, highlight=False)
-            for text in eval_table(group, group[0]["train_length"]):
-                console.print(text, markup=False, highlight=False, soft_wrap=True)
-    console.print("compare with `posx report` (docs/pretrained.md)")
-
-
-def _quoted(text: str) -> str:
-    """A value as a quoted Hydra override string (a path or ``yarn:4`` stays one value)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _sweep_pretrained(
-    ctx: typer.Context,
-    runs: list[Path] | None,
-    lengths: str | None,
-    root: Path,
-    device: str,
-    protocol: tuple[str | None, int | None, int | None, str | None],
-    max_memory: str | None,
-    hf: _HfOptions,
-) -> None:
-    """``posx eval -m hf=A,B ...`` (or ``-m hf:A hf:B``): pretrained models as a Hydra sweep of
-    ``configs/pretrained.yaml``; the options become its overrides."""
-    from posx.pretrained.sweep import run_sweep
-
-    words = [w for w in [*map(str, runs or []), *ctx.args] if w not in ("-m", "--multirun")]
-    models = [w[3:] for w in words if w.startswith("hf:")]
-    overrides = [w for w in words if "=" in w and not w.startswith("hf:")]
-    other = [w for w in words if w not in overrides and not w.startswith("hf:")]
-    if other:
-        raise ConfigError(
-            "posx eval -m sweeps pretrained models (hf=NAME_A,NAME_B key=value ...); got "
-            + other[0]
-        )
-    mode, window, stride, buckets = protocol
-    given = {
-        "hf": ",".join(map(_quoted, models)) if models else None,
-        "eval.lengths": f"[{','.join(map(str, parse_lengths(lengths)))}]" if lengths else None,
-        "eval.mode": mode, "eval.window": window, "eval.stride": stride, "eval.buckets": buckets,
-        "eval.variants": f"[{','.join(map(_quoted, hf.variant))}]" if hf.variant else None,
-        "eval.passkey": "true" if hf.passkey else None,
-        "trust_remote_code": f"[{','.join(map(_quoted, hf.trust_remote_code))}]"
-        if hf.trust_remote_code else None,
-        "allow_download": "true" if hf.allow_download else None,
-        "revision": hf.revision and _quoted(hf.revision), "device_map": hf.device_map,
-        "dtype": hf.dtype, "device": device, "max_memory": max_memory,
-        "root": _quoted(str(root)),
-    }  # fmt: skip
-    keys = {w.split("=", 1)[0].lstrip("+") for w in overrides}
-    options = [f"{k}={v}" for k, v in given.items() if v is not None and k not in keys]
-    run_sweep([*options, *overrides], config_dirs(ctx))
 
 
 def _warn(text: str) -> None:
