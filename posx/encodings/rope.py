@@ -25,113 +25,7 @@ from posx.encodings.base import PositionalEncoding, as_float, exact_dtype, relat
 from posx.encodings.rope_scaling import RopeScaling, base_inv_freq, scaled_inv_freq
 from posx.kernels.blocked import FarKeys, blocked_attend
 from posx.kernels.memo import PositionMemo
-
-
-def _turn_complex(
-    x: Tensor, rotations: tuple[Tensor, Tensor], rot_dim: int, scale: float
-) -> Tensor:
-    """``x [b, h, s, d_h]``'s first ``rot_dim`` dims (pairs) times a complex rotation, the rest
-    times ``scale``; a new tensor laid out as ``x`` is (heads inside or outside positions).
-
-    An elementwise multiply over q's strided view of the fused qkv projection (``[b, s, h, d_h]``
-    in memory) by a rotation broadcast over heads runs its inner loop over one head's ``d_h/2``
-    pairs at a time: 2.5x slower at ``d_h`` 16 than one whose operands are dense in memory
-    order. So the rotation comes in both layouts, ``[(b,) 1, s, r/2]`` and ``[(b,) s, h, r/2]``
-    (materialised over heads), and the multiply runs in the one ``x`` is stored in; the
-    gradients SDPA returns come in either.
-
-    Args:
-        x: ``[b, h, s, d_h]``.
-        rotations: The rotation (or its conjugate) ``[(b,) 1, s, r/2]`` and ``[(b,) s, h, r/2]``
-            (empty: multiplied by the first, broadcast over heads).
-        rot_dim: ``r``, the rotated width.
-        scale: Factor of the pass-through dims (the attention scale).
-    """
-    heads_inside = x.stride(1) < x.stride(2) and rotations[1].numel() > 0  # [b, s, h, d_h]
-    y, rotation = (x.transpose(1, 2), rotations[1]) if heads_inside else (x, rotations[0])
-    pairs = _complex_view(y, rotation.dtype) if rot_dim == y.shape[-1] else None
-    if pairs is not None:
-        out = (pairs * rotation).view(y.dtype)
-    else:  # a copy in memory order, rotated in place
-        out = y.contiguous() if not y.is_contiguous() else y.clone()
-        torch.view_as_complex(out[..., :rot_dim].unflatten(-1, (-1, 2))).mul_(rotation)
-        if rot_dim < y.shape[-1] and scale != 1.0:
-            out[..., rot_dim:].mul_(scale)  # the temperature applies to the whole score
-    return out.transpose(1, 2) if heads_inside else out
-
-
-def _complex_view(x: Tensor, dtype: torch.dtype) -> Tensor | None:
-    """``x [.., d]`` as complex ``[.., d/2]`` pairs without a copy, else ``None`` (the last dim
-    not dense, or an odd stride or offset)."""
-    try:
-        return x.view(dtype)
-    except RuntimeError:
-        return None
-
-
-def _qk_rows(q: Tensor, k: Tensor) -> Tensor | None:
-    """The q and k as one ``[b, s, 2, h, d_h]`` view when they are the model's views of one fused
-    qkv projection (rows ``[.., q heads, k heads, ..]`` per token), else ``None``.
-
-    Rotating both in one multiply halves the per-call cost, which dominates at small widths.
-    """
-    b, h, s, d = q.shape
-    st = q.stride()
-    if (
-        k.stride() != st
-        or k.shape != q.shape
-        or (st[3], st[1]) != (1, d)  # heads side by side within a token's row
-        or st[2] < 2 * h * d
-        or k.storage_offset() - q.storage_offset() != h * d
-        or k.dtype != q.dtype
-        or k.untyped_storage().data_ptr() != q.untyped_storage().data_ptr()
-    ):
-        return None
-    return q.as_strided((b, s, 2, h, d), (st[0], st[2], h * d, d, 1), q.storage_offset())
-
-
-class _Turn(torch.autograd.Function):
-    """RoPE's rotation of q and k as one autograd node.
-
-    The rotation is linear in ``x`` with a constant complex factor ``c`` per pair (``|c|`` is
-    the attention scale), so the gradient is the incoming one times ``conj(c)`` (the pass-through
-    dims: times the scale): nothing from the forward is kept but the (shared, memoised)
-    conjugates, and the backward is one multiply per tensor instead of autograd's view,
-    multiply, conj and view nodes.
-    """
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        q: Tensor,
-        k: Tensor,
-        q_rots: tuple[Tensor, ...],
-        k_rots: tuple[Tensor, ...],
-        rot_dim: int,
-        scale: float,
-    ) -> tuple[Tensor, Tensor]:
-        # Memoised constants without autograd history: kept on ctx, not saved as activations.
-        ctx.rots, ctx.rot_dim, ctx.scale = (q_rots[2:4], k_rots[2:4]), rot_dim, scale
-        joint = q_rots is k_rots and rot_dim == q.shape[-1] and q_rots[4].numel() > 0
-        rows = _qk_rows(q, k) if joint else None
-        pairs = None if rows is None else _complex_view(rows, q_rots[4].dtype)
-        if pairs is not None:
-            out = (pairs * q_rots[4]).view(q.dtype)  # [b, s, 2, h, d_h]
-            q_out, k_out = out.permute(2, 0, 3, 1, 4)
-            return q_out, k_out
-        return (
-            _turn_complex(q, q_rots[:2], rot_dim, scale),
-            _turn_complex(k, k_rots[:2], rot_dim, scale),
-        )
-
-    @staticmethod
-    def backward(
-        ctx: Any, grad_q: Tensor | None, grad_k: Tensor | None
-    ) -> tuple[Tensor | None, ...]:
-        (q_conj, k_conj), r, scale = ctx.rots, ctx.rot_dim, ctx.scale
-        dq = None if grad_q is None else _turn_complex(grad_q, q_conj, r, scale)
-        dk = None if grad_k is None else _turn_complex(grad_k, k_conj, r, scale)
-        return dq, dk, None, None, None, None
+from posx.kernels.rotary import Turn
 
 
 class RoPE(PositionalEncoding):
@@ -150,9 +44,9 @@ class RoPE(PositionalEncoding):
     #: ``block_size``; it takes fewer at long lengths, keeping memory linear in ``s``).
     rerope_block_size: int = 256
     #: Most elements of the rotation copied per head (``[(b,) s, h, r/2]``, complex): the
-    #: per-head forms that make the multiplies dense (:func:`_turn_complex`) are kept up to
-    #: 4 MiB each; beyond (evaluation at tens of thousands of positions) the broadcast one is
-    #: used, so memory stays that of the ``[s, r/2]`` table.
+    #: per-head forms that make the multiplies dense (``posx.kernels.rotary.turn_complex``)
+    #: are kept up to 4 MiB each; beyond (evaluation at tens of thousands of positions) the
+    #: broadcast one is used, so memory stays that of the ``[s, r/2]`` table.
     head_form_elements: int = 2**19
 
     def __init__(
@@ -281,7 +175,7 @@ class RoPE(PositionalEncoding):
         k_rot = q_rot if same else self._rotation_at(k_pos, seq_len, k.dtype, k.shape[1])
         if len(q_rot) == 1 or len(k_rot) == 1:  # the real (bf16) form
             return self.turn_with(q, q_rot[0]), self.turn_with(k, k_rot[0])
-        return _Turn.apply(q, k, q_rot, k_rot, self.rot_dim, self.attn_scale)
+        return Turn.apply(q, k, q_rot, k_rot, self.rot_dim, self.attn_scale)
 
     def _rotation_at(
         self, pos: Tensor, seq_len: int | None, dtype: torch.dtype, heads: int

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posx.encodings.rope import RoPE, _qk_rows
+from posx.encodings.rope import RoPE
+from posx.kernels.rotary import qk_rows as _qk_rows
 
 B, H, S, DH = 2, 3, 12, 8
 
