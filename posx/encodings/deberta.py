@@ -22,11 +22,8 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.per_layer import PerLayer
-from posx.kernels.blocked import (
-    MAX_BLOCK_ELEMENTS,
-    FarKeys,
-    ScoresFn,
-    blocked_attend,
+from posx.kernels.blocked import MAX_BLOCK_ELEMENTS, FarKeys, ScoresFn, blocked_attend
+from posx.kernels.relative import (
     consecutive_positions,
     integer_distance,
     per_query,

@@ -118,7 +118,7 @@ class FIRE(PerLayer):
         slopes, intercepts, kinks = self._segments(layer)
         segment = torch.searchsorted(kinks, x.contiguous()).flatten(-2)  # [(b,) sq * sk]
         # Slopes and intercepts in one table, read with one gather whose index is shared by
-        # the heads (an expanded index: as posx.kernels.blocked.distance_block).
+        # the heads (an expanded index: as posx.kernels.relative.distance_block).
         table = torch.cat((slopes, intercepts))  # [2h, width + 1]
         lead = segment.shape[:-1]  # (b,) or ()
         table = table.view(2 * self.n_heads, *(1 for _ in lead), -1).expand(-1, *lead, -1)

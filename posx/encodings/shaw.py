@@ -17,13 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.per_layer import PerLayer
-from posx.kernels.blocked import (
-    FarKeys,
-    blocked_attend,
-    gather_relative,
-    integer_distance,
-    per_query,
-)
+from posx.kernels.blocked import FarKeys, blocked_attend
+from posx.kernels.relative import gather_relative, integer_distance, per_query
 
 
 def shaw_index(q_pos: Tensor, k_pos: Tensor, max_relative_position: int) -> Tensor:

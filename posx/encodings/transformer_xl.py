@@ -29,15 +29,8 @@ from torch import Tensor, nn
 
 from posx.encodings.base import relative_distance
 from posx.encodings.per_layer import PerLayer
-from posx.kernels.blocked import (
-    BiasFn,
-    ScoresFn,
-    blocked_attend,
-    blocked_bias_sdpa,
-    consecutive_positions,
-    gather_relative,
-    relative_shift,
-)
+from posx.kernels.blocked import BiasFn, ScoresFn, blocked_attend, blocked_bias_sdpa
+from posx.kernels.relative import consecutive_positions, gather_relative, relative_shift
 
 
 def xl_sinusoid(distance: Tensor, dim: int) -> Tensor:

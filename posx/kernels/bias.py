@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posx.kernels.blocked import consecutive_positions, distance_block, future_bias, query_block
+from posx.kernels.blocked import future_bias, query_block
 from posx.kernels.flex import bias_per_distance
 from posx.kernels.memo import PositionMemo
+from posx.kernels.relative import consecutive_positions, distance_block
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -50,7 +51,7 @@ def blocked_bias_attention(
             are then reused while positions and key are unchanged, within its size budget.
         relative: The bias is a function of ``q_pos - k_pos`` alone. With consecutive
             positions, blocks are then read from a table of it per distance
-            (:func:`~posx.kernels.blocked.distance_block`): ``2s - 1`` evaluations per
+            (:func:`~posx.kernels.relative.distance_block`): ``2s - 1`` evaluations per
             call instead of one per pair of every block.
 
     Returns:

@@ -15,12 +15,8 @@ import torch
 
 from posx.encodings import deberta
 from posx.encodings.deberta import DeBERTa, deberta_index
-from posx.kernels.blocked import (
-    MAX_BLOCK_ELEMENTS,
-    FarKeys,
-    blocked_attend,
-    per_query,
-)
+from posx.kernels.blocked import MAX_BLOCK_ELEMENTS, FarKeys, blocked_attend
+from posx.kernels.relative import per_query
 
 H, D = 2, 4
 

@@ -16,12 +16,10 @@ from posx.config.build import build_encoding
 from posx.config.compose import CONFIG_DIR, compose
 from posx.encodings.base import PositionalEncoding
 from posx.kernels import blocked
-from posx.kernels.blocked import (
-    blocked_attend,
+from posx.kernels.blocked import blocked_attend, future_bias, mask_future_
+from posx.kernels.relative import (
     consecutive_positions,
-    future_bias,
     gather_relative,
-    mask_future_,
     relative_shift,
     relative_shift_keys,
 )

@@ -27,7 +27,7 @@ from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE, PositionalEncoding
 from posx.encodings.fire import FIRE
 from posx.kernels import bias as bias_kernel
-from posx.kernels import blocked
+from posx.kernels import blocked, relative
 from posx.kernels.bias import blocked_bias_attention
 from posx.kernels.blocked import query_block
 from posx.kernels.flex import (
@@ -183,7 +183,7 @@ def test_distance_block_is_the_toeplitz_block():
     s = 7
     table = torch.stack([torch.arange(s - 1, -s, -1.0), torch.arange(s - 1, -s, -1.0) * 10])
     for i0, i1 in [(0, 7), (3, 7), (2, 5), (0, 1), (6, 7)]:
-        block = blocked.distance_block(table, i0, i1)
+        block = relative.distance_block(table, i0, i1)
         want = (torch.arange(i0, i1).unsqueeze(-1) - torch.arange(i1)).float()
         assert block.is_contiguous()
         torch.testing.assert_close(block, torch.stack([want, want * 10]))
