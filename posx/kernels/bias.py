@@ -17,6 +17,7 @@ from posx.kernels.blocked import future_bias, query_block
 from posx.kernels.flex import bias_per_distance
 from posx.kernels.memo import PositionMemo
 from posx.kernels.relative import consecutive_positions, distance_block
+from posx.kernels.sdpa_mask import sdpa_mask
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -94,7 +95,7 @@ def blocked_bias_attention(
         if bias.requires_grad and q.device.type == "cpu":
             outputs.append(_attention_with_learned_bias(qb, kb, vb, bias))
         else:
-            outputs.append(F.scaled_dot_product_attention(qb, kb, vb, bias))
+            outputs.append(F.scaled_dot_product_attention(qb, kb, vb, sdpa_mask(bias)))
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
 
 

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posx.kernels.sdpa_mask import sdpa_mask
+
 # Largest score/bias tensor one query block may build (elements of [b, h, block, keys]):
 # 2^22 float32 values = 16 MiB, whatever the length.
 MAX_BLOCK_ELEMENTS = 2**22
@@ -207,6 +209,7 @@ def blocked_bias_sdpa(
     for i0 in reversed(range(0, s, step)):  # largest block first (see blocked_attend)
         i1 = min(s, i0 + step)
         mask = mask_future_(bias_fn(i0, i1).to(q.dtype), i0, i1)
+        mask = sdpa_mask(mask)  # a strided view stops CUDA's kernel (see sdpa_mask)
         outputs.append(
             torch.nn.functional.scaled_dot_product_attention(
                 q[..., i0:i1, :], k[..., :i1, :], v[..., :i1, :], attn_mask=mask, scale=scale

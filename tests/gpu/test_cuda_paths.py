@@ -6,6 +6,7 @@ tests/unit/encodings/test_contract.py, tests/unit/runtime/test_precision.py)."""
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -150,3 +151,36 @@ def test_peak_memory_reads_the_gpu_allocator():
         block = torch.empty(64 * 2**20, dtype=torch.uint8, device=CUDA)  # 64 MiB
         del block
     assert 64 <= mem.delta_mb < 80
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("s", [64, 300])
+def test_every_encoding_evaluates_on_the_gpu_as_on_the_cpu(name, s):
+    """Evaluation's kernels (fused SDPA with a float mask, compiled FlexAttention, the attend
+    paths) at a training length and past it, ragged; Transformer-XL's once stopped here with
+    "misaligned address" (posx/kernels/sdpa_mask.py)."""
+    cpu = model_of(name).cpu().eval()
+    gpu = model_of(name).eval()
+    tokens = torch.randint(50, (2, s), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        try:
+            expected = cpu(tokens)
+        except ValueError as err:  # a table that ends (learned): the GPU must say the same
+            with pytest.raises(ValueError, match=re.escape(str(err))):
+                gpu(tokens.to(CUDA))
+            return
+        got = gpu(tokens.to(CUDA))
+        with autocast_context(CUDA, "bf16"):
+            half = gpu(tokens.to(CUDA))
+    torch.testing.assert_close(got.cpu(), expected, atol=2e-3, rtol=2e-3)
+    assert torch.isfinite(half).all()
+    assert (half.float().cpu() - expected).norm() / expected.norm() < 5e-2
+
+
+def test_the_causal_block_mask_at_32k_takes_no_quadratic_memory():
+    from posx.kernels.flex import causal_block_mask
+
+    causal_block_mask.cache_clear()
+    with PeakMemory(CUDA) as mem:
+        causal_block_mask(32768, 32768, "cuda")
+    assert mem.delta_mb < 64  # create_block_mask took 10 GiB here
