@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import torch
 from hydra.conf import HydraConf
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -164,6 +165,12 @@ def _job_failed(err: Exception, run_dir: Path, debug: bool, multirun: bool) -> N
     message = one_line(err)
     if not isinstance(err, PosxError):
         message = f"{type(err).__name__}: {message}"
+    if multirun and isinstance(err, STICKY_DEVICE_ERRORS):
+        message += (
+            " (a CUDA error stays with the process that hit it: later jobs of this sweep in the"
+            " same process fail too; `posx sweep status` lists them, rerun them once the cause"
+            " is fixed)"
+        )
     if world().is_main:
         mark_failed(run_dir, message)
     if debug:
@@ -173,6 +180,13 @@ def _job_failed(err: Exception, run_dir: Path, debug: bool, multirun: bool) -> N
         return
     _error(f"posx: error: {message}")
     raise SystemExit(err.exit_code if isinstance(err, PosxError) else 1) from err
+
+
+# Errors the accelerator's runtime raises (misaligned address, illegal access, device-side
+# assert): CUDA keeps them in the process's context, so every later CUDA call fails too.
+STICKY_DEVICE_ERRORS: tuple[type[Exception], ...] = tuple(
+    t for t in (getattr(torch, "AcceleratorError", None),) if t is not None
+)
 
 
 def _error(message: str) -> None:
