@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from posx.encodings import floater as floater_module
-from posx.encodings.floater import Floater, _RK4Solve, odeint_rk4
+from posx.encodings.floater import Floater
 from posx.encodings.sinusoidal import sinusoidal_table
+from posx.kernels import ode as ode_module
+from posx.kernels.ode import RK4Solve, odeint_rk4
 
 
 def decay(t, y):
@@ -129,7 +131,7 @@ def test_hand_written_backward_passes_gradcheck():
     drift = torch.randn(steps, 3, d, generator=gen, dtype=torch.float64)
     for substeps in (1, 5):  # 5 steps: 5 positions of 1 step, or 1 position of 5
         assert torch.autograd.gradcheck(
-            lambda *a, s=substeps: _RK4Solve.apply(a[0], drift, 1.0 / s, s, True, *a[1:]),
+            lambda *a, s=substeps: RK4Solve.apply(a[0], drift, 1.0 / s, s, True, *a[1:]),
             (p0, w1, b1, w2, b2),
         )
 
@@ -137,7 +139,7 @@ def test_hand_written_backward_passes_gradcheck():
 def test_the_solve_is_one_autograd_node():
     """The table's graph is one node, not ~30 per RK4 step (fails with the former solve)."""
     enc = Floater(8)
-    assert type(enc.table(6).grad_fn).__name__ == "_RK4SolveBackward"
+    assert type(enc.table(6).grad_fn).__name__ == "RK4SolveBackward"
 
 
 def test_without_gradients_the_solve_saves_no_stage_activations(monkeypatch):
@@ -189,7 +191,7 @@ def test_in_float64_the_solve_is_the_generic_solver(substeps, init, n, keep):
     p0, (first, second) = enc.p0, (enc.net[0], enc.net[2])
     params = [p0, first.weight, first.bias, second.weight, second.bias]
     drift = enc._drift_table(n, p0)
-    got = _RK4Solve.apply(p0, drift, 1.0 / substeps, substeps, keep, *params[1:])
+    got = RK4Solve.apply(p0, drift, 1.0 / substeps, substeps, keep, *params[1:])
     expected = odeint_rk4(enc.dynamics, p0, n, substeps)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
     if keep:
@@ -284,7 +286,7 @@ def test_equals_the_former_solve(monkeypatch, d, hidden, n, substeps, init):
     got_grads = _grads(got, params)
     with torch.no_grad():
         got_eval = enc.table(n)
-    monkeypatch.setattr(floater_module, "_RK4Solve", _FormerRK4Solve)
+    monkeypatch.setattr(floater_module, "RK4Solve", _FormerRK4Solve)
     expected = enc.table(n)
     expected_grads = _grads(expected, params)
     scale = float(expected.detach().abs().max())
@@ -297,7 +299,7 @@ def test_equals_the_former_solve(monkeypatch, d, hidden, n, substeps, init):
     drift = wide._drift_table(n, wide.p0)
     for keep in (True, False):
         torch.testing.assert_close(
-            _RK4Solve.apply(wide.p0, drift, 1.0 / substeps, substeps, keep, *w),
+            RK4Solve.apply(wide.p0, drift, 1.0 / substeps, substeps, keep, *w),
             _FormerRK4Solve.apply(wide.p0, drift, 1.0 / substeps, substeps, keep, *w),
             rtol=1e-12,
             atol=1e-12,
@@ -310,7 +312,7 @@ def test_evaluation_solves_in_chunks_to_the_same_states(monkeypatch, chunk, subs
     """Without gradients the solve runs a few steps at a time through the same buffers; across
     chunk boundaries (and substeps that do not divide a chunk) the states are the training
     solve's, bit for bit."""
-    monkeypatch.setattr(floater_module, "_EVAL_CHUNK", chunk)
+    monkeypatch.setattr(ode_module, "EVAL_CHUNK", chunk)
     enc = _perturbed(8, substeps, noise=0.05)
     trained = enc.table(12).detach()
     with torch.no_grad():
