@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from posx.encodings.base import as_float
 from posx.encodings.per_layer import PerLayer
-from posx.kernels.blocked import blocked_attend, future_bias
+from posx.kernels.cope import cope_attention, interpolate, logits_table, suffix_positions
 
 
 def cope_positions(gates: Tensor, gaps: Tensor | None = None) -> Tensor:
@@ -35,26 +35,7 @@ def cope_positions(gates: Tensor, gaps: Tensor | None = None) -> Tensor:
         Fractional positions ``[b, h, sq, sk]``.
     """
     reversed_gaps = None if gaps is None else gaps.flip(-1)
-    return cope_positions_reversed(gates.flip(-1), reversed_gaps).flip(-1)
-
-
-def cope_positions_reversed(gates: Tensor, gaps: Tensor | None = None) -> Tensor:
-    """:func:`cope_positions` with the keys in reverse order (last key first), where the
-    suffix sum is a plain cumulative sum (same additions, same order, no flips).
-
-    Args:
-        gates: ``[b, h, sq, sk]``, keys last to first.
-        gaps: ``[sk]`` or ``[b, sk]``, keys last to first; ``None`` for all ones.
-
-    Returns:
-        ``[b, h, sq, sk]``, keys last to first.
-    """
-    if gaps is None:
-        return gates.cumsum(-1)
-    if gaps.dim() == 2:
-        gaps = gaps[:, None, None, :]
-    weighted = gates * gaps
-    return weighted.cumsum(-1) - weighted + gates
+    return suffix_positions(gates.flip(-1), reversed_gaps).flip(-1)
 
 
 def position_gaps(pos: Tensor) -> Tensor:
@@ -74,12 +55,8 @@ def interpolate_logits(logits_int: Tensor, positions: Tensor) -> Tensor:
     Returns:
         ``[b, h, sq, sk]``.
     """
-    # lo + w (hi - lo) with hi - lo read from a per-query table of steps between neighbours
-    # (the last step 0: where w is 0, exact): one index for both reads, no index arithmetic.
-    steps = torch.cat((logits_int.diff(dim=-1), torch.zeros_like(logits_int[..., :1])), dim=-1)
-    below = positions.long()  # floor: positions are >= 0
-    lo = torch.gather(logits_int, -1, below)
-    return lo.addcmul_(torch.frac(positions), torch.gather(steps, -1, below))
+    _, frac, lo, steps = interpolate(logits_table(logits_int), positions.clone())
+    return torch.addcmul(lo, frac, steps)
 
 
 class CoPEEmbeddings(nn.Module):
@@ -136,34 +113,11 @@ class CoPE(PerLayer):
     def layer_attend(
         self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
     ) -> Tensor:
-        scale = q.shape[-1] ** -0.5
-        s = k.shape[-2]
-        # Keys last to first, once per layer: the suffix sums over keys become cumulative sums.
-        k_rev_t = k.float().flip(-2).transpose(-1, -2).contiguous()  # [b, h, d_h, s]
-        gaps = position_gaps(k_pos).flip(-1) if self.gap_weighted else None
+        gaps = position_gaps(k_pos) if self.gap_weighted else None
         if gaps is not None and bool((gaps == 1).all()):
             gaps = None  # unit gaps weigh nothing: the plain cumulative sum, three passes fewer
-        emb = self.layers[layer].pos_emb.float()
-
-        # float32 under autocast too: bf16 gates summed over hundreds of keys misplace p_ij.
-        @torch.autocast(q.device.type, enabled=False)
-        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
-            # p_ij sums gates over keys [j, i] only, so keys [j0, i1) need nothing before j0.
-            qb = q[..., i0:i1, :].float()
-            kb_t = k_rev_t[..., s - i1 : s - j0]  # keys i1 - 1 down to j0
-            logits = (qb @ kb_t) * scale  # [b, h, bq, i1 - j0], reversed
-            # Future keys get -inf logits, so gate 0: only the block's own keys (its first
-            # i1 - i0 reversed columns) can be future ones. (Masking the gates in place instead
-            # would change the output that sigmoid's backward reads.)
-            logits[..., : i1 - i0] += future_bias(i0, i1, q.device, i0).flip(-1)
-            gates = torch.sigmoid(logits)
-            positions = cope_positions_reversed(
-                gates, None if gaps is None else gaps[..., s - i1 : s - j0]
-            ).clamp_(0, self.npos_max - 1)
-            logits += interpolate_logits(qb @ emb, positions)
-            return logits.flip(-1), None
-
-        return blocked_attend(v, scores, self.block_size)
+        emb = self.layers[layer].pos_emb
+        return cope_attention(q, k, v, emb, self.npos_max, gaps, self.block_size)
 
     def extra_repr(self) -> str:
         return f"npos_max={self.npos_max}, gap_weighted={self.gap_weighted}, {super().extra_repr()}"

@@ -1,0 +1,437 @@
+"""CoPE's attention (Golovneva et al. 2024): contextual positions counted by gates, their
+interpolated position logits, the softmax and the value product, one query block at a time.
+
+For query ``i`` and key ``j <= i`` the logit is ``z_ij = c_ij + interp(L_i, p_ij)`` with the
+content score ``c_ij = scale q_i.k_j``, the gates ``g_it = sigmoid(c_it)``, the position
+``p_ij = min(sum_{t=j..i} g_it, npos_max - 1)`` (with position gaps: each gate after the key
+weighted by its gap) and ``L_i = q_i E`` the query's logit at every integer position, read
+linearly between the two around ``p_ij``.
+
+Keys are laid out last to first once per layer (``k.flip(-2)``): the suffix sums over keys that
+give the positions are then plain cumulative sums along the last dim, and nothing is flipped
+back (the softmax and the value product do not depend on the order of the keys).
+
+Three routes, with the same logits:
+
+- explicit (:class:`CoPEAttention`), with gradients or off the CPU: per block the logits,
+  softmax and value product; the layer is one autograd node whose backward is written out.
+- fused (CPU, no gradient): the position term is the float mask of the CPU's flash-attention
+  kernel, which takes the content product, softmax and value product in one pass.
+- band (CPU, no gradient, unit gaps, long sequences): gates are non-negative, so a position
+  only grows from a query back over its keys, and from ``npos_max - 1`` on it is clamped
+  there, where the position term is ``L_i[npos_max - 1]`` exactly. Once every query of a block
+  has reached it within its ``band + 1`` nearest keys (checked on the block's own cumulative
+  sums), the keys further back have ``scale q.k`` plus a per-query constant as their logits
+  and go through the flash kernel without a mask; the two parts are merged by their
+  log-sum-exps. A block whose queries have not all reached the top there is tried again with
+  a wider band (the fused route once the band spans all its keys).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from posx.kernels import blocked
+from posx.kernels.blocked import future_bias, query_block
+from posx.kernels.relative import relative_shift
+
+# Queries per block on the band route: its explicit part is [queries, queries + band] per head.
+BAND_QUERIES = 64
+
+
+def logits_table(logits_int: Tensor) -> Tensor:
+    """Each integer position's logit and the step to the next one, as one complex number.
+
+    ``interp(L, p) = L[n] + (p - n) (L[n + 1] - L[n])`` with ``n = floor p`` reads both numbers
+    at ``n``: packed as ``L[n] + i step[n]`` that is one gather instead of two (the last step
+    is 0, where ``p - n`` is 0 too: exact).
+
+    Args:
+        logits_int: ``q . e[n]`` for ``n = 0..npos_max-1``: ``[.., npos_max]``.
+
+    Returns:
+        ``[.., npos_max]`` complex.
+    """
+    steps = torch.cat((logits_int.diff(dim=-1), torch.zeros_like(logits_int[..., :1])), dim=-1)
+    return torch.complex(logits_int, steps)
+
+
+def table_weights(emb: Tensor) -> Tensor:
+    """The embeddings and their steps, interleaved: ``[d_h, 2 npos_max]`` with columns
+    ``e[0], e[1] - e[0], e[1], e[2] - e[1], .., e[top], 0``.
+
+    ``q`` times it is :func:`logits_table` of ``q e`` as real and imaginary parts, in one
+    product (the steps as ``q . (e[n + 1] - e[n])``: the same up to rounding).
+    """
+    steps = torch.cat((emb.diff(dim=-1), torch.zeros_like(emb[:, :1])), dim=-1)
+    return torch.stack((emb, steps), dim=-1).flatten(-2)
+
+
+def interpolation_table(q: Tensor, weights: Tensor) -> Tensor:
+    """:func:`logits_table` of ``q e`` from :func:`table_weights` (or its first columns):
+    ``[.., bq, d_h] -> [.., bq, columns / 2]`` complex."""
+    # one product of [queries, d_h] rows (4-D @ 2-D on a block's slice of q went through a
+    # batched product of broadcast weights)
+    table = q.reshape(-1, q.shape[-1]) @ weights
+    return torch.view_as_complex(table.view(*q.shape[:-1], -1, 2))
+
+
+def interpolate(table: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The pieces of ``L[n] + (p - n) step[n]`` at ``n = floor p``: the caller adds them up
+    where the result is to go (``torch.addcmul(lo, frac, step)``).
+
+    Args:
+        table: :func:`logits_table` ``[.., npos_max]``.
+        positions: ``[.., keys]`` in ``[0, npos_max - 1]``; overwritten by ``p - n``.
+
+    Returns:
+        ``n`` (int64), ``p - n`` (``positions`` itself), ``L[n]`` and ``step[n]`` (strided
+        views of one gathered tensor), each ``[.., keys]``.
+    """
+    below = positions.long()  # floor: positions are >= 0
+    pairs = torch.view_as_real(torch.gather(table, -1, below))  # [.., keys, 2]
+    return below, positions.frac_(), pairs[..., 0], pairs[..., 1]
+
+
+def suffix_positions(gates: Tensor, gaps: Tensor | None = None) -> Tensor:
+    """Positions of keys laid out last to first (unclamped), as a new tensor.
+
+    ``p = cumsum(g)``: the suffix sums of the keys in their order, as plain cumulative sums
+    (same additions, same order, no flips). With gaps, ``cumsum(g gap) - g gap + g``: the key
+    itself counts its gate, every token after it its gate times its gap.
+
+    Args:
+        gates: ``[b, h, bq, keys]``, keys last to first.
+        gaps: ``[keys]`` or ``[b, keys]``, keys last to first, or ``None`` for unit gaps.
+
+    Returns:
+        ``[b, h, bq, keys]``.
+    """
+    if gaps is None:
+        return gates.cumsum(-1)
+    if gaps.dim() == 2:
+        gaps = gaps[:, None, None, :]
+    weighted = gates * gaps
+    return weighted.cumsum(-1).sub_(weighted).add_(gates)
+
+
+class _Layer:
+    """One layer's inputs, laid out once: queries contiguous, keys and values last to first."""
+
+    def __init__(
+        self, q: Tensor, k: Tensor, v: Tensor, emb: Tensor, gaps: Tensor | None, npos_max: int
+    ) -> None:
+        self.q, self.emb, self.top = q.contiguous(), emb, npos_max - 1
+        self.weights = table_weights(emb)
+        self.s = q.shape[-2]
+        self.scale = q.shape[-1] ** -0.5
+        self.k = k.flip(-2)  # [b, h, s, d_h], keys last to first
+        self.v = v.flip(-2)
+        self.gaps = None if gaps is None else gaps.flip(-1)
+
+    def keys(self, j0: int, i1: int) -> tuple[Tensor, Tensor]:
+        """Keys and values ``[j0, i1)``, last to first."""
+        return self.k[..., self.s - i1 : self.s - j0, :], self.v[..., self.s - i1 : self.s - j0, :]
+
+    def block_gaps(self, i1: int) -> Tensor | None:
+        """Gaps of keys ``[0, i1)``, last to first."""
+        return None if self.gaps is None else self.gaps[..., self.s - i1 :]
+
+    def columns(self, i1: int) -> int:
+        """Integer positions that queries with keys ``[0, i1)`` can reach: with unit gaps a
+        position sums at most ``i1`` gates, each at most 1."""
+        return self.top + 1 if self.gaps is not None else min(self.top, i1) + 1
+
+    def table(self, q: Tensor, i1: int) -> Tensor:
+        """:func:`interpolation_table` of queries ``q`` of a block with keys ``[0, i1)``."""
+        return interpolation_table(q, self.weights[:, : 2 * self.columns(i1)])
+
+
+class _Futures(dict):
+    """``-inf`` where a key comes after the query, ``[bq, bq]`` keys last to first, by ``bq``."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+
+    def __missing__(self, bq: int) -> Tensor:
+        self[bq] = future_bias(0, bq, self.device).flip(-1)
+        return self[bq]
+
+
+def block_elements() -> int:
+    """Most scores ``[b, h, queries, keys]`` in one block: a quarter of blocked attention's
+    budget (``ATTEND_BLOCK_ELEMENTS``, read when called), 2^18 float32 values (1 MiB), which
+    stay in a core's L2 cache between the passes over them; with 2^20 the gathers, cumulative
+    sums and scatters ran several times slower per element here (tiny model's training step:
+    one layer's attention 21-24 ms against 11.6-13.4 ms)."""
+    return blocked.ATTEND_BLOCK_ELEMENTS // 4
+
+
+def _partition(layer: _Layer, block_size: int) -> list[tuple[int, int]]:
+    """Query blocks ``(i0, i1)``, last first, each with at most :func:`block_elements` scores
+    against its keys ``[0, i1)``.
+
+    Last first: the last block's temporaries are the largest, so each later one fits in memory
+    the allocator already holds (see ``blocked_attend``).
+    """
+    b, h, s, _ = layer.q.shape
+    blocks, i1 = [], s
+    while i1 > 0:
+        bq = min(query_block(block_size, b, h, i1, block_elements()), i1)
+        blocks.append((i1 - bq, i1))
+        i1 -= bq
+    return blocks
+
+
+def _scores(layer: _Layer, i0: int, i1: int, future: Tensor) -> tuple[Tensor, tuple]:
+    """Logits of queries ``[i0, i1)`` and keys ``[0, i1)`` (last to first), and what their
+    backward needs: gates, ``n``, ``p - n``, the steps at ``n`` and, with negative gaps, where
+    positions were clamped at 0."""
+    q, (k, _) = layer.q[..., i0:i1, :], layer.keys(0, i1)
+    logits = (q @ k.transpose(-1, -2)).mul_(layer.scale)
+    # Future keys get -inf logits, so gate 0; only the block's own keys (its first i1 - i0
+    # columns) can be future ones.
+    logits[..., : i1 - i0] += future
+    gates = torch.sigmoid(logits)
+    gaps = layer.block_gaps(i1)
+    positions = suffix_positions(gates, gaps).clamp_(0, layer.top)
+    # Below 0 (negative gaps only) the clamp has no slope, but the step at n = 0 is not 0.
+    negative = positions == 0 if gaps is not None and bool((gaps < 0).any()) else None
+    below, frac, lo, steps = interpolate(layer.table(q, i1), positions)
+    return logits.add_(lo).addcmul_(frac, steps), (gates, below, frac, steps, negative)
+
+
+def _scores_backward(
+    dz: Tensor, saved: tuple, gaps: Tensor | None, columns: int
+) -> tuple[Tensor, Tensor]:
+    """For the gradient ``dz`` of :func:`_scores`' logits, those of the content scores (before
+    their ``scale``) and of the integer-position logits ``L [.., columns]``.
+
+    The position term's slope is the step at ``n``, which is 0 where positions were clamped at
+    the top (there ``n = npos_max - 1``): ``dp = dz step[n]`` needs no clamp mask. The gates
+    get the adjoint of the cumulative sum, and ``dc = dz + dg g (1 - g)``; ``L`` takes
+    ``dz (1 - frac)`` at ``n`` and ``dz frac`` at ``n + 1``: two sums over ``n``.
+    """
+    gates, below, frac, steps, negative = saved
+    dp = dz * steps
+    if negative is not None:
+        dp.masked_fill_(negative, 0)
+    dsum = dp.flip(-1).cumsum_(-1).flip(-1)  # sums from each key to the last column
+    if gaps is not None:
+        gap = gaps[:, None, None, :] if gaps.dim() == 2 else gaps
+        dsum = dsum.sub_(dp).mul_(gap).add_(dp)
+    # dsum g (1 - g), written over dsum
+    dcontent = torch.ops.aten.sigmoid_backward.grad_input(dsum, gates, grad_input=dsum).add_(dz)
+    shape = (*dz.shape[:-1], columns)
+    d_int = dz.new_zeros(shape).scatter_add_(-1, below, dz)
+    d_step = dz.new_zeros(shape).scatter_add_(-1, below, dz * frac)
+    d_int[..., 1:] += d_step[..., :-1]
+    d_int[..., :-1] -= d_step[..., :-1]
+    return dcontent, d_int
+
+
+def _explicit(layer: _Layer, blocks: list[tuple[int, int]], keep: bool) -> tuple[Tensor, list]:
+    """Every block's logits, softmax and value product; with ``keep``, what the backward
+    needs (per block: the probabilities, then :func:`_scores`' five tensors)."""
+    futures, outputs, saved = _Futures(layer.q.device), [], []
+    for i0, i1 in blocks:
+        logits, kept = _scores(layer, i0, i1, futures[i1 - i0])
+        probs = torch.softmax(logits, dim=-1)
+        outputs.append(probs @ layer.keys(0, i1)[1])
+        if keep:
+            saved += [probs, *kept]
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2), saved
+
+
+class CoPEAttention(torch.autograd.Function):
+    """The explicit route for a whole layer as one autograd node: per block :func:`_scores`,
+    softmax and value product; the backward walks the blocks with :func:`_scores_backward` and
+    writes each block's gradients into the layer's (no per-block slices, flips or
+    concatenations for autograd to undo, no clamp or frac masks, one gather per block).
+
+    ``apply(q, k, v, emb, gaps, npos_max, block_size)``, arguments as :func:`cope_attention`'s
+    (one floating dtype), returns ``[b, h, s, d_h]``.
+    """
+
+    @staticmethod
+    def forward(  # noqa: D102 - documented on the class
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        emb: Tensor,
+        gaps: Tensor | None,
+        npos_max: int,
+        block_size: int,
+    ) -> Tensor:
+        layer = _Layer(q, k, v, emb, gaps, npos_max)
+        ctx.blocks = _partition(layer, block_size)
+        out, saved = _explicit(layer, ctx.blocks, keep=True)
+        ctx.save_for_backward(layer.q, layer.k, layer.v, emb, *saved)
+        ctx.layer = layer
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:  # noqa: D102
+        q, k, v, emb, *saved = ctx.saved_tensors
+        layer, s, d = ctx.layer, q.shape[-2], q.shape[-1]
+        dq = torch.empty_like(q)  # every block writes its queries' rows
+        dk, dv, demb = (torch.zeros_like(t) for t in (k, v, emb))
+        for n, (i0, i1) in enumerate(ctx.blocks):
+            probs, *kept = saved[6 * n : 6 * n + 6]
+            qb, kb, vb = q[..., i0:i1, :], k[..., s - i1 :, :], v[..., s - i1 :, :]
+            do = d_out[..., i0:i1, :]
+            dv[..., s - i1 :, :] += probs.transpose(-1, -2) @ do
+            dz = torch._softmax_backward_data(do @ vb.transpose(-1, -2), probs, -1, probs.dtype)
+            cols = layer.columns(i1)
+            dcontent, d_int = _scores_backward(dz, tuple(kept), layer.block_gaps(i1), cols)
+            dq[..., i0:i1, :] = (dcontent @ kb).mul_(layer.scale) + d_int @ emb[:, :cols].T
+            dk[..., s - i1 :, :] += (dcontent.transpose(-1, -2) @ qb).mul_(layer.scale)
+            demb[:, :cols] += qb.reshape(-1, d).T @ d_int.reshape(-1, cols)
+        return dq, dk.flip(-2), dv.flip(-2), demb, None, None, None
+
+
+def _flash(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """The CPU's fused attention and its log-sum-exp ``[b, h, bq]``."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, attn_mask=mask, scale=scale
+    )
+
+
+def fused_available(device: torch.device) -> bool:
+    """Whether blocks can take the fused and band routes: on the CPU, with the flash kernel."""
+    return device.type == "cpu" and hasattr(
+        torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"
+    )
+
+
+def _fused(layer: _Layer, i0: int, i1: int, future: Tensor) -> Tensor:
+    """Queries ``[i0, i1)`` against keys ``[0, i1)`` without a gradient: the position term
+    (and the future keys' ``-inf``) as the flash kernel's mask."""
+    q, (k, v) = layer.q[..., i0:i1, :], layer.keys(0, i1)
+    logits = (q @ k.transpose(-1, -2)).mul_(layer.scale)
+    logits[..., : i1 - i0] += future
+    gates = logits.sigmoid_()
+    positions = suffix_positions(gates, layer.block_gaps(i1)).clamp_(0, layer.top)
+    _, frac, lo, steps = interpolate(layer.table(q, i1), positions)
+    mask = torch.addcmul(lo, frac, steps, out=frac)
+    mask[..., : i1 - i0] += future
+    return _flash(q, k, v, layer.scale, mask)[0]
+
+
+def _band(layer: _Layer, i0: int, i1: int, band: int, future: Tensor) -> Tensor | float:
+    """Queries ``[i0, i1)`` (``i0 >= band``, unit gaps) with positions over their ``band + 1``
+    nearest keys; if some query's position has not reached ``npos_max - 1`` there, the lowest
+    position reached instead.
+
+    The explicit part is keys ``[i0 - band, i1)``: for query ``i0 + r``, its own key sits at
+    column ``bq - 1 - r`` (keys last to first), its ``band + 1`` nearest keys are the
+    :func:`~posx.kernels.relative.relative_shift` view of the block's content product, and the
+    keys before those are clamped (position term ``L[top]``); keys before ``i0 - band`` are the
+    far part.
+    """
+    bq, j0 = i1 - i0, i0 - band
+    q, (k, v) = layer.q[..., i0:i1, :], layer.keys(j0, i1)
+    content = q @ k.transpose(-1, -2)  # [b, h, bq, bq + band]
+    near = relative_shift(content, band + 1)  # [b, h, bq, band + 1], from each query's key back
+    positions = (near * layer.scale).sigmoid_().cumsum_(-1).clamp_(0, layer.top)
+    reached = positions[..., -1].amin().item()
+    if reached < layer.top:
+        return reached
+    table = layer.table(q, layer.s)
+    top_logit = torch.view_as_real(table[..., layer.top :])[..., 0]  # [b, h, bq, 1]
+    mask = top_logit.expand(content.shape).contiguous()
+    _, frac, lo, steps = interpolate(table, positions)
+    torch.addcmul(lo, frac, steps, out=relative_shift(mask, band + 1))
+    mask[..., :bq] += future
+    out, lse = _flash(q, k, v, layer.scale, mask)
+    if j0 == 0:
+        return out
+    far, far_lse = _flash(q, *layer.keys(0, j0), layer.scale)
+    return _merge(out, lse, far, far_lse + top_logit.squeeze(-1))
+
+
+def _merge(a: Tensor, a_lse: Tensor, b: Tensor, b_lse: Tensor) -> Tensor:
+    """Softmax-weighted union of two disjoint key sets' attention outputs, by log-sum-exps."""
+    total = torch.logaddexp(a_lse, b_lse)
+    return a * (a_lse - total).exp().unsqueeze(-1) + b * (b_lse - total).exp().unsqueeze(-1)
+
+
+def _wider(band: int, reached: float, top: int) -> int:
+    """The next band to try after the lowest position over ``band`` keys came to ``reached``:
+    as many keys as reach ``top`` at the same gate density, and a quarter more (at least 16
+    keys more, at most 5x), in multiples of 16."""
+    want = band * top / max(reached, top / 4) * 1.25
+    return -(-max(band + 16, int(want)) // 16) * 16
+
+
+def _fused_blocks(layer: _Layer, block_size: int, band: int) -> Tensor:
+    """Every query block through the fused route, or the band route where at least ``band``
+    queries precede the block (``band`` 0: nowhere); ``[b, h, s, d_h]``."""
+    b, h, s, _ = layer.q.shape
+    futures, outputs, i1, budget = _Futures(layer.q.device), [], s, block_elements()
+    while i1 > 0:  # last block first (see _partition)
+        out = None
+        bq = query_block(min(block_size, BAND_QUERIES), b, h, band + BAND_QUERIES, budget)
+        while band and out is None and i1 - bq >= band:
+            out = _band(layer, i1 - bq, i1, band, futures[bq])
+            if isinstance(out, float):  # some query's position is short of the top
+                band, out = _wider(band, out, layer.top), None
+        if out is None:
+            # half the explicit route's blocks: at 1x and 4x the training length (2^18, 2^17,
+            # 2^16 elements) one layer took 8.9, 6.3, 5.5 ms (tiny, 64 tokens) and 40, 31,
+            # 32 ms (small, 256 tokens), the flash kernel's mask staying in cache
+            bq = min(query_block(block_size, b, h, i1, budget // 2), i1)
+            out = _fused(layer, i1 - bq, i1, futures[bq])
+        outputs.append(out)
+        i1 -= out.shape[-2]
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
+
+
+def cope_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    emb: Tensor,
+    npos_max: int,
+    gaps: Tensor | None = None,
+    block_size: int = 256,
+) -> Tensor:
+    """Causal CoPE attention, one query block at a time (module docstring).
+
+    Args:
+        q: Queries ``[b, h, s, d_h]``.
+        k: Keys ``[b, h, s, d_h]``.
+        v: Values ``[b, h, s, d_h]``.
+        emb: Position embeddings ``[d_h, npos_max]``.
+        npos_max: Integer positions with an embedding; positions are clamped to the last.
+        gaps: Position step into each key ``[s]`` or ``[b, s]``, or ``None`` for unit steps
+            (the paper's count).
+        block_size: Most queries per block; fewer where a block's scores would pass
+            :func:`block_elements`.
+
+    Returns:
+        ``[b, h, s, d_h]`` in ``v``'s dtype.
+    """
+    # At least float32, under autocast too: bf16 gates summed over hundreds of keys misplace
+    # p_ij. (float64 stays float64.)
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    args = (q.to(dtype), k.to(dtype), v.to(dtype), emb.to(dtype), gaps, npos_max)
+    with torch.autocast(q.device.type, enabled=False):
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, emb)):
+            out = CoPEAttention.apply(*args, block_size)
+        elif fused_available(q.device):
+            # the first band tried: at the gates' initial mean of 1/2, positions reach the top
+            # after 2 npos_max keys; a quarter more for their spread (then it adapts)
+            band = 5 * npos_max // 2 if gaps is None else 0
+            out = _fused_blocks(_Layer(*args), block_size, band)
+        else:
+            layer = _Layer(*args)
+            out = _explicit(layer, _partition(layer, block_size), keep=False)[0]
+    return out.to(v.dtype)
