@@ -47,6 +47,7 @@ def test_legacy_run_evaluates_to_its_recorded_numbers(posx, legacy_root):
         assert after[metric].to_numpy() == pytest.approx(common[metric].to_numpy(), rel=1e-6)
 
 
+@pytest.mark.slow  # resumes a stored run to step 400: ~40 s quiet, the longest default test
 def test_legacy_interrupted_run_resumes(posx, legacy_root):
     run = run_of(legacy_root, 1)
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"

@@ -277,6 +277,7 @@ def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path, monkeypatc
 # --- determinism ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a second full training and evaluation of the run: ~20 s quiet
 def test_same_config_and_seed_give_identical_numbers_on_cpu(trained, tmp_path):
     code, err, again = train(tmp_path / "again")
     assert code == 0 and again is not None, err

@@ -293,6 +293,7 @@ def test_subprocess_report_prints_tables(posx, tree):
     assert "unsupported [1]" in out and "[1] unsupported: Learned has 16 positions" in out
 
 
+@pytest.mark.slow  # a two-run sweep with sliding evaluation in a subprocess: ~25 s quiet
 def test_a_sliding_evaluation_is_one_row_with_its_ratio(posx, cli, tiny_overrides, tmp_path):
     """Issue 30, item 2, as a user meets it: with the default sliding settings the row at the
     training length records stride = window and the longer ones stride = window/2; the report
