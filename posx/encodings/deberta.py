@@ -11,6 +11,15 @@ with the relative distance ``d(i,j) = clip(i - j + k, 0, 2k - 1)`` (the paper's 
 ``position_buckets / 2``, log-spaced up to ``max_relative_positions``) and the table has
 ``2 * position_buckets`` rows. Causal attention only looks back (``i >= j``), so
 ``d(i, j) >= k`` and ``d(j, i) <= k``: each term uses its own half of the table.
+
+At consecutive positions (the usual case) both terms are read by distance
+(:mod:`posx.kernels.disentangled`), on float32 CPU tensors by one of two fast paths: a layer
+whose queries fit one block (training at the usual lengths, short evaluations) is one autograd
+node, ``DisentangledAttention``; a longer evaluation, up to :data:`SDPA_MAX_LENGTH` tokens,
+sends each query block through SDPA's fused kernel with the terms as its mask. Everything else
+(training in several blocks, longer evaluations, other dtypes and devices) takes
+:func:`~posx.kernels.blocked.blocked_attend` with the same terms, and positions that are not
+consecutive gather each pair's row of the table.
 """
 
 from __future__ import annotations
@@ -22,18 +31,44 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.per_layer import PerLayer
-from posx.kernels.blocked import MAX_BLOCK_ELEMENTS, FarKeys, ScoresFn, blocked_attend
+from posx.kernels.blocked import (
+    ATTEND_BLOCK_ELEMENTS,
+    MAX_BLOCK_ELEMENTS,
+    FarKeys,
+    ScoresFn,
+    blocked_attend,
+    query_block,
+)
+from posx.kernels.disentangled import (
+    AddTerms,
+    DisentangledAttention,
+    banded_bias_sdpa,
+    shifted_terms,
+)
 from posx.kernels.relative import (
     consecutive_positions,
     integer_distance,
     per_query,
-    relative_shift,
-    relative_shift_keys,
 )
 
-# Keys per p2c product on the path by distance (at least the block's queries): a product of c
-# keys spans c + bq - 1 distances, so larger chunks waste more, smaller ones make more calls.
-P2C_KEY_CHUNK = 128
+# Longest evaluation that takes SDPA's fused kernel with the relative terms as its mask: the
+# kernel reads a block's mask over all of its keys, far ones included (zeros), so its cost grows
+# as s^2 where the explicit path's near band grows as s. One layer of the tiny model, one
+# thread, batch 1: 29 ms against 40 ms at 2,048 tokens, 96 against 117 at 4,096, 353 against
+# 326-347 at 8,192.
+SDPA_MAX_LENGTH = 4096
+# Queries per block on that path (fewer where the explicit path's budget says so). Evaluation at
+# 4x and 16x the training length, interleaved with the reference, one thread (reference / posx):
+# 64 against 128 queries, tiny 0.60 / 0.56 at 16x and 0.50 / 0.35 at 4x; 64 against 32, tiny
+# 0.60 / 0.54 at 16x, small 0.74 / 0.71 at 16x and 0.78 / 0.72 at 4x.
+SDPA_QUERIES = 64
+
+
+def _fast_inputs(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether the layer may take :class:`DisentangledAttention` or :meth:`DeBERTa._sdpa_attend`:
+    float32 on the CPU, where they were measured (CUDA trains under bf16 autocast, and its
+    fused kernel needs aligned masks)."""
+    return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (q, k, v))
 
 
 def log_bucket_position(distance: Tensor, buckets: int, max_position: int) -> Tensor:
@@ -168,11 +203,18 @@ class DeBERTa(PerLayer):
         q_r = self._heads(projections.query_proj(rel)).to(q.dtype)
         scale = (3 * q.shape[-1]) ** -0.5
         span, buckets = self.max_relative_positions, self.position_buckets
+        consecutive = consecutive_positions(q_pos, k_pos)
+        if consecutive and _fast_inputs(q, k, v):
+            if self._one_block(q):
+                a, b_ = self._distance_rows(k.shape[-2], k_r, q_r * scale)
+                return DisentangledAttention.apply(q, k, v, a, b_, scale)
+            if not torch.is_grad_enabled() and q.shape[-2] <= SDPA_MAX_LENGTH:
+                return self._sdpa_attend(q, k, v, k_r, q_r, scale)
         # The scale folded into both query sides (each term is linear in one of them); keys
         # and K^r transposed once rather than copied transposed in every block's matmul.
         q_scaled, q_r_scaled = q * scale, q_r * scale
         k_t, k_r_t = k.transpose(-1, -2).contiguous(), k_r.transpose(-1, -2).contiguous()
-        if consecutive_positions(q_pos, k_pos):
+        if consecutive:
             scores = self._shifted_scores(q_scaled, k, k_t, k_r, q_r_scaled)
             return blocked_attend(
                 v, scores, self.block_size, far=self._far(q, k, q_r, k_r, q_pos, k_pos, scale)
@@ -204,6 +246,42 @@ class DeBERTa(PerLayer):
             v, scores, self.block_size, far=self._far(q, k, q_r, k_r, q_pos, k_pos, scale)
         )
 
+    def _one_block(self, q: Tensor) -> bool:
+        """Whether one query block (what :func:`blocked_attend` would make of the layer) holds
+        every query: then :class:`DisentangledAttention` takes it."""
+        b, h, s, _ = q.shape
+        return query_block(self.block_size, b, h, s, ATTEND_BLOCK_ELEMENTS) >= s
+
+    def _distance_rows(self, s: int, k_r: Tensor, q_r_scaled: Tensor) -> tuple[Tensor, Tensor]:
+        """``K^r`` at distances ``s - 1`` down to ``-1`` and ``Q^r`` (scaled) at ``0`` up to
+        ``s``, each ``[h, s + 1, d_h]``: the tables of :class:`DisentangledAttention`."""
+        span, buckets = self.max_relative_positions, self.position_buckets
+        distance = torch.arange(s - 1, -2, -1, device=k_r.device)
+        zero = torch.zeros(1, dtype=torch.long, device=k_r.device)
+        c2p_rows = deberta_index(distance, zero, span, buckets).squeeze(-1)  # delta(i, j)
+        ahead = torch.arange(s + 1, device=k_r.device)
+        p2c_rows = deberta_index(zero, ahead, span, buckets).squeeze(0)  # delta(j, i)
+        return k_r[:, c2p_rows], q_r_scaled[:, p2c_rows]
+
+    def _sdpa_attend(
+        self, q: Tensor, k: Tensor, v: Tensor, k_r: Tensor, q_r: Tensor, scale: float
+    ) -> Tensor:
+        """Evaluation at consecutive positions: each query block through SDPA's fused kernel,
+        c2p and p2c as its float mask.
+
+        From ``far_distance`` on both terms are constant: c2p's ``q_i . K^r_last`` is one
+        number per query (the softmax drops it) and p2c's ``k_j . Q^r_0`` is folded into the
+        queries (``q + Q^r_0``). With ``K^r - K^r_last`` and ``Q^r - Q^r_0`` in the tables,
+        the mask of a far pair is exactly 0, and only a block's near band is computed: it is
+        written into one zeroed ``[b, h, block, s]`` buffer, blocks from the last one back, so
+        the keys before each band hold the zeros no band has reached yet.
+        """
+        b, h, s, _ = q.shape
+        step = min(SDPA_QUERIES, query_block(self.block_size, b, h, s, ATTEND_BLOCK_ELEMENTS))
+        k_r_near, q_r_near = (k_r - k_r[:, -1:]) * scale, (q_r - q_r[:, :1]) * scale
+        add_terms = self._relative_terms(q, k, k_r_near, q_r_near)
+        return banded_bias_sdpa(q + q_r[:, :1], k, v, add_terms, step, self.far_distance, scale)
+
     def _far(
         self,
         q: Tensor,
@@ -234,44 +312,30 @@ class DeBERTa(PerLayer):
     def _shifted_scores(
         self, q_scaled: Tensor, k: Tensor, k_t: Tensor, k_r: Tensor, q_r_scaled: Tensor
     ) -> ScoresFn:
-        """Block scores at consecutive positions: c2p and p2c as shifted views, no gathers.
-
-        Every pair's distance, future pairs included, lies in ``[1 - s, s - 1]``. With the rows
-        of ``K^r`` (for c2p, distances from ``s - 1`` down) and of ``Q^r`` (for p2c, distances
-        from ``1 - s`` up) laid out per distance once per layer (``O(s d)``), a block's
-        product with the distances it spans holds every pair at a fixed offset
-        (:func:`relative_shift`, :func:`relative_shift_keys`): c2p is one matmul over the
-        ``keys + block - 1`` distances the block spans instead of all ``2k`` rows, p2c one per
-        chunk of keys, and neither term nor its gradient needs a gather, a scatter or a
-        zero-filled ``[block, 2k]`` table.
-        """
-        span, buckets = self.max_relative_positions, self.position_buckets
-        s = k.shape[-2]
-        distance = torch.arange(s - 1, -s, -1, device=k.device)  # s - 1 down to 1 - s
-        zero = torch.zeros(1, dtype=torch.long, device=k.device)
-        c2p_rows = deberta_index(distance, zero, span, buckets).squeeze(-1)  # delta(i, j)
-        p2c_rows = deberta_index(zero, distance.flip(0), span, buckets).squeeze(0)  # delta(j, i)
-        k_r_t = k_r[:, c2p_rows].transpose(-1, -2).contiguous()  # [h, d_h, 2s - 1]
-        q_r_t = q_r_scaled[:, p2c_rows].transpose(-1, -2).contiguous()
+        """Block scores at consecutive positions: the content product plus
+        :meth:`_relative_terms` (c2p and p2c as shifted views, no gathers)."""
+        add_terms = self._relative_terms(q_scaled, k, k_r, q_r_scaled)
 
         def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
-            qb = q_scaled[..., i0:i1, :]
-            content = qb @ k_t[..., j0:i1]  # [b, h, bq, i1 - j0]
-            # c2p: distances i1 - 1 - j0 down to i0 + 1 - i1
-            c2p = qb @ k_r_t[..., s - i1 + j0 : s - 1 - i0 + i1]
-            content.add_(relative_shift(c2p, i1 - j0))
-            # p2c, key-major, by chunks of keys: a key sees only the block's queries, so one
-            # product over all of the block's distances would be [keys, keys + bq - 1] (square
-            # in the keys); a chunk of c keys spans c + bq - 1 distances, upwards.
-            chunk = max(i1 - i0, P2C_KEY_CHUNK)
-            for c0 in range(0, i1 - j0, chunk):
-                c1 = min(i1 - j0, c0 + chunk)
-                cols = q_r_t[..., s + i0 - j0 - c1 : s + i1 - 1 - j0 - c0]
-                p2c = k[..., j0 + c0 : j0 + c1, :] @ cols  # [b, h, c1 - c0, c1 - c0 + bq - 1]
-                content[..., c0:c1].add_(relative_shift_keys(p2c, i1 - i0))
+            content = q_scaled[..., i0:i1, :] @ k_t[..., j0:i1]  # [b, h, bq, i1 - j0]
+            add_terms(i0, i1, j0, content, False)
             return content, None
 
         return scores
+
+    def _relative_terms(self, q_c2p: Tensor, k: Tensor, k_r: Tensor, q_r: Tensor) -> AddTerms:
+        """c2p (``q_c2p . K^r``) and p2c (``k . Q^r``) of a block at consecutive positions
+        (:func:`shifted_terms`), from ``K^r`` and ``Q^r`` laid out once per layer by distance
+        (``O(s d)``): every pair's distance, future pairs included, lies in ``[-s, s - 1]``."""
+        span, buckets = self.max_relative_positions, self.position_buckets
+        s = k.shape[-2]
+        distance = torch.arange(s - 1, -s - 1, -1, device=k.device)  # s - 1 down to -s
+        zero = torch.zeros(1, dtype=torch.long, device=k.device)
+        c2p_rows = deberta_index(distance, zero, span, buckets).squeeze(-1)  # delta(i, j)
+        p2c_rows = deberta_index(zero, distance[:-1].flip(0), span, buckets).squeeze(0)
+        k_r_t = k_r[:, c2p_rows].transpose(-1, -2).contiguous()  # [h, d_h, 2s]
+        q_r_t = q_r[:, p2c_rows].transpose(-1, -2).contiguous()  # [h, d_h, 2s - 1]
+        return shifted_terms(q_c2p, k, k_r_t, q_r_t)
 
     def extra_repr(self) -> str:
         return f"k={self.max_relative_positions}, buckets={self.position_buckets}"

@@ -1,5 +1,7 @@
 """DeBERTa at consecutive positions (c2p and p2c read as shifted views) equals the former
-gather-based computation.
+gather-based computation, on each of its paths: one autograd node for a single query block
+(``DisentangledAttention``), blocked attention (training at longer lengths), and SDPA with the
+terms as its mask (evaluation).
 
 ``reference_layer_attend`` is the body ``DeBERTa.layer_attend`` had before it read both terms by
 distance: a ``[bq, 2k]`` c2p table per block and a key-major ``[s, 2k]`` p2c table, each read
@@ -82,13 +84,16 @@ def _setup(s: int, span: int, buckets: int, block: int, seed: int):
 
 
 CASES = [  # (s, span, buckets, block)
+    (1, 3, 0, 256),
     (7, 3, 0, 2),
     (7, 3, 0, 256),
+    (64, 128, 0, 256),  # the tiny model's training step: one block, no pair clipped
+    (90, 40, 8, 256),  # one block, log buckets
     (40, 16, 0, 8),
     (40, 64, 0, 16),  # no pair reaches the clipping distance
     (90, 40, 8, 32),  # log buckets
     (130, 8, 0, 256),
-    (300, 40, 0, 16),  # p2c in several key chunks per block (P2C_KEY_CHUNK = 128)
+    (300, 40, 0, 16),  # p2c in several key chunks per block (P2C_KEY_CHUNK = 64)
 ]
 POSITIONS = ["arange", "offset", "per_row"]
 
@@ -144,3 +149,63 @@ def test_consecutive_positions_take_no_gather(monkeypatch):
     monkeypatch.setattr(deberta.torch, "gather", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     enc.for_layer(0).attend(q, k, v, torch.arange(40), torch.arange(40))
     assert calls == []
+
+
+def _spy(monkeypatch, name: str, calls: list[str]) -> None:
+    real = getattr(deberta, name)
+    if name == "DisentangledAttention":
+        spied = type(
+            "Spy", (), {"apply": staticmethod(lambda *a: calls.append(name) or real.apply(*a))}
+        )
+    else:
+        spied = lambda *a, **kw: calls.append(name) or real(*a, **kw)  # noqa: E731
+    monkeypatch.setattr(deberta, name, spied)
+
+
+@pytest.mark.parametrize(
+    ("s", "block", "grad", "path"),
+    [
+        (40, 256, True, "DisentangledAttention"),  # training, one block
+        (40, 256, False, "DisentangledAttention"),  # evaluation, one block
+        (40, 8, True, "blocked_attend"),  # training, several blocks
+        (40, 8, False, "banded_bias_sdpa"),  # evaluation, several blocks
+    ],
+)
+def test_each_path_is_taken_where_intended(monkeypatch, s, block, grad, path):
+    """The equality tests above cover the path they mean to: which one runs, by shape and
+    gradient (a spy on each)."""
+    calls: list[str] = []
+    for name in ("DisentangledAttention", "blocked_attend", "banded_bias_sdpa"):
+        _spy(monkeypatch, name, calls)
+    enc, q, k, v = _setup(s, 16, 0, block, seed=2)
+    with torch.set_grad_enabled(grad):
+        enc.for_layer(0).attend(q, k, v, torch.arange(s), torch.arange(s))
+    assert calls == [path]
+
+
+def test_evaluation_past_the_sdpa_length_takes_the_blocked_path(monkeypatch):
+    """Longer than ``SDPA_MAX_LENGTH`` (the fused kernel would read an s^2 mask), evaluation
+    keeps the explicit blocked path with its far keys, and the same result."""
+    monkeypatch.setattr(deberta, "SDPA_MAX_LENGTH", 32)
+    calls: list[str] = []
+    _spy(monkeypatch, "blocked_attend", calls)
+    enc, q, k, v = _setup(40, 16, 0, 8, seed=4)
+    pos = torch.arange(40) + 5
+    with torch.no_grad():
+        got = enc.for_layer(1).attend(q, k, v, pos, pos)
+        expected = reference_layer_attend(enc, q, k, v, pos, pos, layer=1)
+    assert calls == ["blocked_attend"]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_other_dtypes_keep_the_blocked_path(monkeypatch):
+    """float64 (and bf16, and CUDA) stay on the blocked path: the fast paths are float32 CPU."""
+    calls: list[str] = []
+    _spy(monkeypatch, "blocked_attend", calls)
+    enc, q, k, v = _setup(20, 8, 0, 256, seed=5)
+    enc = enc.double()
+    pos = torch.arange(20)
+    got = enc.for_layer(0).attend(q.double(), k.double(), v.double(), pos, pos)
+    expected = reference_layer_attend(enc, q.double(), k.double(), v.double(), pos, pos, 0)
+    assert calls == ["blocked_attend"]
+    torch.testing.assert_close(got, expected)
