@@ -8,6 +8,7 @@ class: :mod:`~posx.kernels.bias` (query-blocked SDPA with an additive bias),
 (:mod:`~posx.kernels.relative`, relative shifts and distance blocks; :mod:`~posx.kernels.sdpa_mask`,
 the mask layout CUDA's SDPA needs). Encodings whose arithmetic needs a kernel of its own keep it
 here too: :mod:`~posx.kernels.rotary` (RoPE's rotation), :mod:`~posx.kernels.cope` (CoPE's
-attention) and :mod:`~posx.kernels.ode` (FLOATER's RK4 solve). Which kernel runs is chosen in
+attention), :mod:`~posx.kernels.disentangled` (DeBERTa's c2p and p2c terms) and
+:mod:`~posx.kernels.ode` (FLOATER's RK4 solve). Which kernel runs is chosen in
 :mod:`posx.model.attention`.
 """
