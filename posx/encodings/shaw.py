@@ -17,8 +17,14 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.per_layer import PerLayer
-from posx.kernels.blocked import FarKeys, blocked_attend
-from posx.kernels.relative import gather_relative, integer_distance, per_query
+from posx.kernels.blocked import FarKeys, blocked_attend, fused_lse_available
+from posx.kernels.near_band import near_band_attend
+from posx.kernels.relative import (
+    consecutive_positions,
+    gather_relative,
+    integer_distance,
+    per_query,
+)
 
 
 def shaw_index(q_pos: Tensor, k_pos: Tensor, max_relative_position: int) -> Tensor:
@@ -85,6 +91,8 @@ class Shaw(PerLayer):
     ) -> Tensor:
         tables = self.layers[layer]
         scale = q.shape[-1] ** -0.5
+        if fused_lse_available(q.device) and consecutive_positions(q_pos, k_pos):
+            return self._near_band(q, k, v, tables, scale)  # evaluation (issue 34)
         # Both terms are linear in q: scaling q once costs O(s d_h), not a pass per block. Keys
         # transposed once: a transposed slice in every block's matmul was copied each time.
         q_scaled, k_t = q * scale, k.transpose(-1, -2).contiguous()
@@ -117,6 +125,20 @@ class Shaw(PerLayer):
             )
 
         return blocked_attend(v, scores, self.block_size, value_term, far)
+
+    def _near_band(
+        self, q: Tensor, k: Tensor, v: Tensor, tables: ShawTables, scale: float
+    ) -> Tensor:
+        """Without a gradient, at consecutive positions: the ``k`` nearest keys of each query
+        have their own slots, every key further back slot 0, so those go through one fused
+        causal call and the near ones as a ``[b, h, s, k]`` band (:func:`near_band_attend`):
+        no ``[block, keys]`` scores, gathers or ``scatter_add``. Tiny model at 1,024 tokens,
+        one layer, one thread: 29 ms through the blocks, 12 ms so (SDPA alone: 9.6 ms)."""
+        n = min(self.max_relative_position, q.shape[-2])
+        # band row m holds key i - n + 1 + m, distance n - 1 - m: slot k - n + 1 + m
+        slots = slice(self.max_relative_position - n + 1, self.max_relative_position + 1)
+        w_k, w_v = tables.w_k, tables.w_v
+        return near_band_attend(q, k, v, scale, w_k[slots], w_v[slots], w_k[0], w_v[0])
 
     def extra_repr(self) -> str:
         return f"k={self.max_relative_position}, {super().extra_repr()}"

@@ -9,6 +9,13 @@ import torch
 
 from posx.encodings import transformer_xl
 from posx.encodings.transformer_xl import TransformerXL, distance_span, xl_sinusoid
+from posx.kernels.blocked import (
+    MAX_BLOCK_ELEMENTS,
+    SDPA_BLOCK_ELEMENTS,
+    blocked_bias_sdpa,
+    sdpa_query_block,
+)
+from posx.kernels.relative import relative_shift
 
 H, D, R, S = 2, 4, 6, 6
 
@@ -162,3 +169,80 @@ def test_evaluation_takes_the_fused_kernel_with_the_training_paths_result(block,
     with torch.no_grad():
         evaluated = enc.attend(q, k, v, pos, pos)
     torch.testing.assert_close(evaluated, trained.detach(), atol=1e-5, rtol=1e-5)
+
+
+def former_evaluation(enc: TransformerXL, q, k, v, layer: int = 0):
+    """Evaluation at consecutive positions before issue 34's second round (commit ce6b4ec):
+    terms (b) + (d) from a table of every distance s - 1 .. 1 - s, rebuilt each call, through
+    SDPA in blocks of the explicit path's budget."""
+    u, v_bias = enc.u[0].unsqueeze(1), enc.v[0].unsqueeze(1)
+    w_r = enc.layers[layer].w_r
+    scale = q.shape[-1] ** -0.5
+    qu, qv = (q + u) * scale, (q + v_bias) * scale
+    s = k.shape[-2]
+    table = xl_sinusoid(torch.arange(s - 1, -s, -1), enc.r_dim)
+    p_t = torch.einsum("nr,hdr->hdn", table, w_r.float()).to(q.dtype)
+
+    def bias(i0: int, i1: int) -> torch.Tensor:
+        rel = qv[..., i0:i1, :] @ p_t[..., s - i1 : s - 1 - i0 + i1]
+        return relative_shift(rel, i1)
+
+    return blocked_bias_sdpa(qu, k, v, bias, enc.block_size, 1.0)
+
+
+@pytest.mark.parametrize("block", [1, 5, 64, 256])
+@pytest.mark.parametrize("kind", ["from 0", "offset", "per row"])
+@pytest.mark.parametrize(("b", "h", "s", "d"), [(1, 1, 1, 4), (2, 2, 9, 4), (2, 4, 70, 16)])
+def test_evaluation_blocks_and_table_equal_the_former_evaluation(b, h, s, d, kind, block):
+    """Blocks sized by sdpa_query_block and a table cut at 1 - step (issue 34): the former
+    evaluation's result, for every start of the positions and block size."""
+    gen = torch.Generator().manual_seed(s)
+    enc = TransformerXL(n_heads=h, head_dim=d, d_model=h * d, n_layers=1, block_size=block)
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    q, k, v = (torch.randn(b, h, s, d, generator=gen) for _ in range(3))
+    pos = {
+        "from 0": torch.arange(s),
+        "offset": torch.arange(s) + 500,
+        "per row": torch.stack([torch.arange(s) + 9 * r for r in range(b)]),
+    }[kind]
+    with torch.inference_mode():
+        for _ in range(2):  # the second call reads the remembered table
+            got = enc.attend(q, k, v, pos, pos)
+            torch.testing.assert_close(got, former_evaluation(enc, q, k, v))
+
+
+def test_the_remembered_table_follows_the_parameters(monkeypatch):
+    """The per-distance table is built once per layer and length while W_R is unchanged, and
+    again after an in-place update (an optimizer step, a loaded state)."""
+    enc, gen = one_layer(4, seed=6)
+    q, k, v = (torch.randn(2, H, 12, D, generator=gen) for _ in range(3))
+    pos = torch.arange(12)
+    built = []
+    table = enc._distance_table
+    monkeypatch.setattr(enc, "_distance_table", lambda *a: built.append(a[0]) or table(*a))
+    with torch.no_grad():
+        enc.attend(q, k, v, pos, pos)
+        enc.attend(q, k, v, pos, pos)
+        assert built == [12]
+        enc.layers[0].w_r.mul_(-2.0)
+        got = enc.attend(q, k, v, pos, pos)
+        assert built == [12, 12]
+        torch.testing.assert_close(got, former_evaluation(enc, q, k, v))
+        enc.attend(q[..., :7, :], k[..., :7, :], v[..., :7, :], pos[:7], pos[:7])
+    assert built == [12, 12, 7]
+
+
+def test_sdpa_query_block():
+    """Blocks keep the bias near SDPA_BLOCK_ELEMENTS, at least 32 queries while the bias stays
+    under MAX_BLOCK_ELEMENTS, at most half the keys and block_size."""
+    assert sdpa_query_block(256, 2, 4, 1024) == SDPA_BLOCK_ELEMENTS // (2 * 4 * 1024) == 64
+    assert sdpa_query_block(512, 2, 8, 1024) == 32
+    assert sdpa_query_block(256, 32, 4, 64) == 32  # half of the 64 keys
+    # the floor (the budget alone gives 4), within MAX_BLOCK_ELEMENTS: 31
+    assert sdpa_query_block(256, 1, 4, 32768) == MAX_BLOCK_ELEMENTS // (4 * (32768 + 32)) == 31
+    assert sdpa_query_block(256, 1, 16, 32768) == MAX_BLOCK_ELEMENTS // (16 * 32800) == 7
+    assert sdpa_query_block(256, 64, 64, 32768) == 1
+    assert sdpa_query_block(16, 1, 1, 1024) == 16
+    assert sdpa_query_block(256, 1, 1, 1) == 1

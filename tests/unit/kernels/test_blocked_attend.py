@@ -151,6 +151,7 @@ def test_no_tensor_has_an_s_by_s_footprint_per_head(name, grad, monkeypatch):
     included) returns a tensor as big as a quarter of the [b, h, s, s] scores."""
     s = 512
     monkeypatch.setattr(blocked, "ATTEND_BLOCK_ELEMENTS", 16 * B * H * s)
+    monkeypatch.setattr(blocked, "SDPA_BLOCK_ELEMENTS", 16 * B * H * s)
     # DeBERTa's explicit path holds [b, h, 2k, keys] relative scores: linear in s, but at
     # 512 tokens the default k = 128 makes them half the size of the [s, s] scores.
     small_k = ["encoding.max_relative_positions=16"] if name == "deberta" else []
