@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 ROWS = 2000  # rows per table version: a write takes long enough for random kills to land in it
 KEYS = ["eval_length", "overrides"]
 
@@ -276,6 +278,7 @@ def assert_survived(results: list[dict[str, object]]) -> None:
     assert results[-1].get("left") == [], results[-1]  # the next write cleaned up
 
 
+@pytest.mark.slow  # SIGKILLs a child mid-write again and again: ~10 s (atomic writes: unit-tested)
 def test_kill_9_during_table_writes_keeps_a_whole_table(tmp_path):
     plan = ["mid-data", "before-rename", "holding-lock", "random", "random", "random"]
     results = run_kill_loop("table", tmp_path, plan)
@@ -284,6 +287,7 @@ def test_kill_9_during_table_writes_keeps_a_whole_table(tmp_path):
     assert results[0]["mid_write"] and results[1]["mid_write"], results[:2]
 
 
+@pytest.mark.slow  # SIGKILLs a child mid-write again and again: ~10 s (atomic writes: unit-tested)
 def test_kill_9_during_checkpoint_writes_keeps_a_whole_checkpoint(tmp_path):
     # After a kill between the renames only `.checkpoint.old` is complete; the next writer must
     # not delete it before its own checkpoint is in place.
