@@ -62,6 +62,15 @@ SDPA_MAX_LENGTH = 4096
 # 64 against 128 queries, tiny 0.60 / 0.56 at 16x and 0.50 / 0.35 at 4x; 64 against 32, tiny
 # 0.60 / 0.54 at 16x, small 0.74 / 0.71 at 16x and 0.78 / 0.72 at 4x.
 SDPA_QUERIES = 64
+# At 2 threads or more, up to 128 queries per block where that still makes 8 blocks: one fused
+# call on 64 queries gained only 1.2-1.4x from the second thread where one on 256 gained 1.7x
+# (2 x 4 heads x 1,024 keys, quiet machine; the full causal call 1.9x), and the small ops
+# building the mask did not gain at all. One layer at 2 threads, paired with the reference's
+# causal call (reference / posx, tiny): 16x 0.38 with 64 queries, 0.44 with 128; at 4x, where
+# 128 would make 2 blocks, 0.35 against 0.27. `make bench` at 2 threads, tiny 16x, three
+# old/new pairs: 0.47 / 0.52, 0.49 / 0.52, 0.46 / 0.50. One thread keeps 64 (128: 0.54
+# against 0.56 at 16x).
+SDPA_QUERIES_THREADED = 128
 
 
 def _fast_inputs(q: Tensor, k: Tensor, v: Tensor) -> bool:
@@ -69,6 +78,22 @@ def _fast_inputs(q: Tensor, k: Tensor, v: Tensor) -> bool:
     float32 on the CPU, where they were measured (CUDA trains under bf16 autocast, and its
     fused kernel needs aligned masks)."""
     return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (q, k, v))
+
+
+def sdpa_queries(s: int) -> int:
+    """Most queries per block of the fused evaluation path at length ``s``:
+    :data:`SDPA_QUERIES` at one thread, at more up to :data:`SDPA_QUERIES_THREADED` while
+    that leaves at least 8 blocks.
+
+    Args:
+        s: Sequence length.
+
+    Returns:
+        Queries per block before the memory budget (:func:`query_block`).
+    """
+    if torch.get_num_threads() == 1:
+        return SDPA_QUERIES
+    return max(SDPA_QUERIES, min(SDPA_QUERIES_THREADED, s // 8))
 
 
 def log_bucket_position(distance: Tensor, buckets: int, max_position: int) -> Tensor:
@@ -277,7 +302,7 @@ class DeBERTa(PerLayer):
         the keys before each band hold the zeros no band has reached yet.
         """
         b, h, s, _ = q.shape
-        step = min(SDPA_QUERIES, query_block(self.block_size, b, h, s, ATTEND_BLOCK_ELEMENTS))
+        step = min(sdpa_queries(s), query_block(self.block_size, b, h, s, ATTEND_BLOCK_ELEMENTS))
         k_r_near, q_r_near = (k_r - k_r[:, -1:]) * scale, (q_r - q_r[:, :1]) * scale
         add_terms = self._relative_terms(q, k, k_r_near, q_r_near)
         return banded_bias_sdpa(q + q_r[:, :1], k, v, add_terms, step, self.far_distance, scale)

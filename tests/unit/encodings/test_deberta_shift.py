@@ -209,3 +209,43 @@ def test_other_dtypes_keep_the_blocked_path(monkeypatch):
     expected = reference_layer_attend(enc, q.double(), k.double(), v.double(), pos, pos, 0)
     assert calls == ["blocked_attend"]
     torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("threads", "s", "expected"),
+    [(1, 1024, 64), (1, 4096, 64), (2, 1024, 128), (2, 4096, 128), (2, 512, 64), (2, 256, 64)],
+)
+def test_fused_blocks_widen_at_several_threads_only_while_8_remain(threads, s, expected):
+    """``sdpa_queries``: 64 queries at one thread; at more, up to 128 while that leaves 8
+    blocks (issue 34: a 64-query call barely gains from a second thread)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert deberta.sdpa_queries(s) == expected
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("kind", POSITIONS)
+def test_wider_fused_blocks_at_two_threads_equal_the_former_implementation(monkeypatch, kind):
+    """At 2 threads evaluation takes 128-query blocks (spied) with the same result as the
+    former implementation, and as 64-query blocks at one thread."""
+    steps: list[int] = []
+    real = deberta.banded_bias_sdpa
+    monkeypatch.setattr(deberta, "banded_bias_sdpa", lambda *a: steps.append(a[4]) or real(*a))
+    s = 8 * 128
+    enc, q, k, v = _setup(s, 40, 0, 256, seed=6)
+    q_pos = _positions(kind, s)
+    before = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            torch.set_num_threads(2)
+            wide = enc.for_layer(1).attend(q, k, v, q_pos, q_pos)
+            torch.set_num_threads(1)
+            narrow = enc.for_layer(1).attend(q, k, v, q_pos, q_pos)
+            expected = reference_layer_attend(enc, q, k, v, q_pos, q_pos, layer=1)
+    finally:
+        torch.set_num_threads(before)
+    assert steps == [128, 64]
+    torch.testing.assert_close(wide, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(wide, narrow, atol=1e-6, rtol=1e-5)
