@@ -81,10 +81,8 @@ def test_check_judges_the_preset_claims(root: Path):
     assert verdicts["structured_1x_coupling"]["verdict"] == "inconclusive", verdicts
 
 
-@pytest.mark.parametrize(
-    "positions",
-    ["default", pytest.param("coupling", marks=pytest.mark.slow)],  # ~25 s each
-)
+@pytest.mark.slow  # two trainings on the arithmetic task through the CLI: ~20 s each
+@pytest.mark.parametrize("positions", ["default", "coupling"])
 def test_a_learned_table_covers_the_positions_the_task_makes(tmp_path: Path, positions: str):
     """``train.length`` counts digits here, not tokens: the learned table's default size is the
     largest position a training sequence reaches (its tokens, or the coupled IDs with their

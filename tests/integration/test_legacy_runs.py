@@ -34,6 +34,7 @@ def read_rows(path: Path) -> pd.DataFrame:
     )
 
 
+@pytest.mark.slow  # re-evaluates the stored runs: ~11 s; report and check stay default
 def test_legacy_run_evaluates_to_its_recorded_numbers(posx, legacy_root):
     run = run_of(legacy_root, 0)
     before = read_rows(run / "eval.csv")
