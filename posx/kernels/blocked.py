@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 from posx.kernels.sdpa_mask import sdpa_mask
 
 # Largest score/bias tensor one query block may build (elements of [b, h, block, keys]):
@@ -172,7 +173,8 @@ def blocked_attend(
         near = probs @ v[..., j0:i1, :].float()
         if value_fn is not None:
             near = near + value_fn(probs, ctx).float()
-        outputs.append(_merge(near, near_lse, *_far_part(far_keys, v, i0, i1, j0)).to(v.dtype))
+        far_part = _far_part(far_keys, v, i0, i1, j0)
+        outputs.append(merge_by_lse(near, near_lse, *far_part).to(v.dtype))
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
 
 
@@ -244,18 +246,9 @@ def sdpa_query_block(block_size: int, batch: int, heads: int, keys: int) -> int:
     return max(1, min(block_size, max(step, floor), -(-keys // 2)))
 
 
-def _flash_lse(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-    """Unmasked attention and its log-sum-exp ``[b, h, sq]``: the CPU's fused flash kernel."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, scale=scale)
-
-
 def fused_lse_available(device: torch.device) -> bool:
     """Whether far keys can take the fused kernel: on the CPU, with no gradient to compute."""
-    return (
-        device.type == "cpu"
-        and not torch.is_grad_enabled()
-        and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
-    )
+    return not torch.is_grad_enabled() and flash_available(device)
 
 
 def _far_starts(far: FarKeys, starts: list[int], step: int, s: int) -> list[int]:
@@ -300,16 +293,10 @@ def _far_step(far: FarKeys, block_size: int, shape: tuple[int, int, int], step: 
 def _far_part(far: FarKeys, v: Tensor, i0: int, i1: int, j0: int) -> tuple[Tensor, Tensor]:
     """Output ``[b, h, bq, d_h]`` (float32) and log-sum-exp of queries ``[i0, i1)`` over the
     far keys ``[0, j0)``."""
-    out, lse = _flash_lse(far.q[..., i0:i1, :], far.k[..., :j0, :], v[..., :j0, :], far.scale)
+    out, lse = flash_lse(far.q[..., i0:i1, :], far.k[..., :j0, :], v[..., :j0, :], far.scale)
     out = out.float()
     if far.value_offset is not None:
         out = out + far.value_offset.float()
     if far.logit_offset is not None:
         lse = lse + far.logit_offset[..., i0:i1].float()
     return out, lse
-
-
-def _merge(a: Tensor, a_lse: Tensor, b: Tensor, b_lse: Tensor) -> Tensor:
-    """Softmax-weighted union of two disjoint key sets' attention outputs, by log-sum-exps."""
-    total = torch.logaddexp(a_lse, b_lse)
-    return a * (a_lse - total).exp().unsqueeze(-1) + b * (b_lse - total).exp().unsqueeze(-1)

@@ -7,9 +7,8 @@ content score ``c_ij = scale q_i.k_j``, the gates ``g_it = sigmoid(c_it)``, the 
 weighted by its gap) and ``L_i = q_i E`` the query's logit at every integer position, read
 linearly between the two around ``p_ij``.
 
-Keys are laid out last to first once per layer (``k.flip(-2)``): the suffix sums over keys that
-give the positions are then plain cumulative sums along the last dim, and nothing is flipped
-back (the softmax and the value product do not depend on the order of the keys).
+Keys are laid out last to first once per layer (:mod:`posx.kernels.cope_layer`, with the
+position tables), so the positions are plain cumulative sums.
 
 Three routes, with the same logits:
 
@@ -34,160 +33,23 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posx.kernels import blocked
-from posx.kernels.blocked import future_bias, query_block
+from posx.kernels.blocked import query_block
+from posx.kernels.cope_layer import (
+    CoPELayer,
+    FutureMasks,
+    block_elements,
+    interpolate,
+    query_blocks,
+    suffix_positions,
+)
+from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 from posx.kernels.relative import relative_shift
 
 # Queries per block on the band route: its explicit part is [queries, queries + band] per head.
 BAND_QUERIES = 64
 
 
-def logits_table(logits_int: Tensor) -> Tensor:
-    """Each integer position's logit and the step to the next one, as one complex number.
-
-    ``interp(L, p) = L[n] + (p - n) (L[n + 1] - L[n])`` with ``n = floor p`` reads both numbers
-    at ``n``: packed as ``L[n] + i step[n]`` that is one gather instead of two (the last step
-    is 0, where ``p - n`` is 0 too: exact).
-
-    Args:
-        logits_int: ``q . e[n]`` for ``n = 0..npos_max-1``: ``[.., npos_max]``.
-
-    Returns:
-        ``[.., npos_max]`` complex.
-    """
-    steps = torch.cat((logits_int.diff(dim=-1), torch.zeros_like(logits_int[..., :1])), dim=-1)
-    return torch.complex(logits_int, steps)
-
-
-def table_weights(emb: Tensor) -> Tensor:
-    """The embeddings and their steps, interleaved: ``[d_h, 2 npos_max]`` with columns
-    ``e[0], e[1] - e[0], e[1], e[2] - e[1], .., e[top], 0``.
-
-    ``q`` times it is :func:`logits_table` of ``q e`` as real and imaginary parts, in one
-    product (the steps as ``q . (e[n + 1] - e[n])``: the same up to rounding).
-    """
-    steps = torch.cat((emb.diff(dim=-1), torch.zeros_like(emb[:, :1])), dim=-1)
-    return torch.stack((emb, steps), dim=-1).flatten(-2)
-
-
-def interpolation_table(q: Tensor, weights: Tensor) -> Tensor:
-    """:func:`logits_table` of ``q e`` from :func:`table_weights` (or its first columns):
-    ``[.., bq, d_h] -> [.., bq, columns / 2]`` complex."""
-    # one product of [queries, d_h] rows (4-D @ 2-D on a block's slice of q went through a
-    # batched product of broadcast weights)
-    table = q.reshape(-1, q.shape[-1]) @ weights
-    return torch.view_as_complex(table.view(*q.shape[:-1], -1, 2))
-
-
-def interpolate(table: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The pieces of ``L[n] + (p - n) step[n]`` at ``n = floor p``: the caller adds them up
-    where the result is to go (``torch.addcmul(lo, frac, step)``).
-
-    Args:
-        table: :func:`logits_table` ``[.., npos_max]``.
-        positions: ``[.., keys]`` in ``[0, npos_max - 1]``; overwritten by ``p - n``.
-
-    Returns:
-        ``n`` (int64), ``p - n`` (``positions`` itself), ``L[n]`` and ``step[n]`` (strided
-        views of one gathered tensor), each ``[.., keys]``.
-    """
-    below = positions.long()  # floor: positions are >= 0
-    pairs = torch.view_as_real(torch.gather(table, -1, below))  # [.., keys, 2]
-    return below, positions.frac_(), pairs[..., 0], pairs[..., 1]
-
-
-def suffix_positions(gates: Tensor, gaps: Tensor | None = None) -> Tensor:
-    """Positions of keys laid out last to first (unclamped), as a new tensor.
-
-    ``p = cumsum(g)``: the suffix sums of the keys in their order, as plain cumulative sums
-    (same additions, same order, no flips). With gaps, ``cumsum(g gap) - g gap + g``: the key
-    itself counts its gate, every token after it its gate times its gap.
-
-    Args:
-        gates: ``[b, h, bq, keys]``, keys last to first.
-        gaps: ``[keys]`` or ``[b, keys]``, keys last to first, or ``None`` for unit gaps.
-
-    Returns:
-        ``[b, h, bq, keys]``.
-    """
-    if gaps is None:
-        return gates.cumsum(-1)
-    if gaps.dim() == 2:
-        gaps = gaps[:, None, None, :]
-    weighted = gates * gaps
-    return weighted.cumsum(-1).sub_(weighted).add_(gates)
-
-
-class _Layer:
-    """One layer's inputs, laid out once: queries contiguous, keys and values last to first."""
-
-    def __init__(
-        self, q: Tensor, k: Tensor, v: Tensor, emb: Tensor, gaps: Tensor | None, npos_max: int
-    ) -> None:
-        self.q, self.emb, self.top = q.contiguous(), emb, npos_max - 1
-        self.weights = table_weights(emb)
-        self.s = q.shape[-2]
-        self.scale = q.shape[-1] ** -0.5
-        self.k = k.flip(-2)  # [b, h, s, d_h], keys last to first
-        self.v = v.flip(-2)
-        self.gaps = None if gaps is None else gaps.flip(-1)
-
-    def keys(self, j0: int, i1: int) -> tuple[Tensor, Tensor]:
-        """Keys and values ``[j0, i1)``, last to first."""
-        return self.k[..., self.s - i1 : self.s - j0, :], self.v[..., self.s - i1 : self.s - j0, :]
-
-    def block_gaps(self, i1: int) -> Tensor | None:
-        """Gaps of keys ``[0, i1)``, last to first."""
-        return None if self.gaps is None else self.gaps[..., self.s - i1 :]
-
-    def columns(self, i1: int) -> int:
-        """Integer positions that queries with keys ``[0, i1)`` can reach: with unit gaps a
-        position sums at most ``i1`` gates, each at most 1."""
-        return self.top + 1 if self.gaps is not None else min(self.top, i1) + 1
-
-    def table(self, q: Tensor, i1: int) -> Tensor:
-        """:func:`interpolation_table` of queries ``q`` of a block with keys ``[0, i1)``."""
-        return interpolation_table(q, self.weights[:, : 2 * self.columns(i1)])
-
-
-class _Futures(dict):
-    """``-inf`` where a key comes after the query, ``[bq, bq]`` keys last to first, by ``bq``."""
-
-    def __init__(self, device: torch.device) -> None:
-        super().__init__()
-        self.device = device
-
-    def __missing__(self, bq: int) -> Tensor:
-        self[bq] = future_bias(0, bq, self.device).flip(-1)
-        return self[bq]
-
-
-def block_elements() -> int:
-    """Most scores ``[b, h, queries, keys]`` in one block: a quarter of blocked attention's
-    budget (``ATTEND_BLOCK_ELEMENTS``, read when called), 2^18 float32 values (1 MiB), which
-    stay in a core's L2 cache between the passes over them; with 2^20 the gathers, cumulative
-    sums and scatters ran several times slower per element here (tiny model's training step:
-    one layer's attention 21-24 ms against 11.6-13.4 ms)."""
-    return blocked.ATTEND_BLOCK_ELEMENTS // 4
-
-
-def _partition(layer: _Layer, block_size: int) -> list[tuple[int, int]]:
-    """Query blocks ``(i0, i1)``, last first, each with at most :func:`block_elements` scores
-    against its keys ``[0, i1)``.
-
-    Last first: the last block's temporaries are the largest, so each later one fits in memory
-    the allocator already holds (see ``blocked_attend``).
-    """
-    b, h, s, _ = layer.q.shape
-    blocks, i1 = [], s
-    while i1 > 0:
-        bq = min(query_block(block_size, b, h, i1, block_elements()), i1)
-        blocks.append((i1 - bq, i1))
-        i1 -= bq
-    return blocks
-
-
-def _scores(layer: _Layer, i0: int, i1: int, future: Tensor) -> tuple[Tensor, tuple]:
+def _scores(layer: CoPELayer, i0: int, i1: int, future: Tensor) -> tuple[Tensor, tuple]:
     """Logits of queries ``[i0, i1)`` and keys ``[0, i1)`` (last to first), and what their
     backward needs: gates, ``n``, ``p - n``, the steps at ``n`` and, with negative gaps, where
     positions were clamped at 0."""
@@ -234,10 +96,10 @@ def _scores_backward(
     return dcontent, d_int
 
 
-def _explicit(layer: _Layer, blocks: list[tuple[int, int]], keep: bool) -> tuple[Tensor, list]:
+def _explicit(layer: CoPELayer, blocks: list[tuple[int, int]], keep: bool) -> tuple[Tensor, list]:
     """Every block's logits, softmax and value product; with ``keep``, what the backward
     needs (per block: the probabilities, then :func:`_scores`' five tensors)."""
-    futures, outputs, saved = _Futures(layer.q.device), [], []
+    futures, outputs, saved = FutureMasks(layer.q.device), [], []
     for i0, i1 in blocks:
         logits, kept = _scores(layer, i0, i1, futures[i1 - i0])
         probs = torch.softmax(logits, dim=-1)
@@ -268,8 +130,8 @@ class CoPEAttention(torch.autograd.Function):
         npos_max: int,
         block_size: int,
     ) -> Tensor:
-        layer = _Layer(q, k, v, emb, gaps, npos_max)
-        ctx.blocks = _partition(layer, block_size)
+        layer = CoPELayer(q, k, v, emb, gaps, npos_max)
+        ctx.blocks = query_blocks(layer, block_size)
         out, saved = _explicit(layer, ctx.blocks, keep=True)
         ctx.save_for_backward(layer.q, layer.k, layer.v, emb, *saved)
         ctx.layer = layer
@@ -295,23 +157,7 @@ class CoPEAttention(torch.autograd.Function):
         return dq, dk.flip(-2), dv.flip(-2), demb, None, None, None
 
 
-def _flash(
-    q: Tensor, k: Tensor, v: Tensor, scale: float, mask: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """The CPU's fused attention and its log-sum-exp ``[b, h, bq]``."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, attn_mask=mask, scale=scale
-    )
-
-
-def fused_available(device: torch.device) -> bool:
-    """Whether blocks can take the fused and band routes: on the CPU, with the flash kernel."""
-    return device.type == "cpu" and hasattr(
-        torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"
-    )
-
-
-def _fused(layer: _Layer, i0: int, i1: int, future: Tensor) -> Tensor:
+def _fused(layer: CoPELayer, i0: int, i1: int, future: Tensor) -> Tensor:
     """Queries ``[i0, i1)`` against keys ``[0, i1)`` without a gradient: the position term
     (and the future keys' ``-inf``) as the flash kernel's mask."""
     q, (k, v) = layer.q[..., i0:i1, :], layer.keys(0, i1)
@@ -322,10 +168,10 @@ def _fused(layer: _Layer, i0: int, i1: int, future: Tensor) -> Tensor:
     _, frac, lo, steps = interpolate(layer.table(q, i1), positions)
     mask = torch.addcmul(lo, frac, steps, out=frac)
     mask[..., : i1 - i0] += future
-    return _flash(q, k, v, layer.scale, mask)[0]
+    return flash_lse(q, k, v, layer.scale, mask)[0]
 
 
-def _band(layer: _Layer, i0: int, i1: int, band: int, future: Tensor) -> Tensor | float:
+def _band(layer: CoPELayer, i0: int, i1: int, band: int, future: Tensor) -> Tensor | float:
     """Queries ``[i0, i1)`` (``i0 >= band``, unit gaps) with positions over their ``band + 1``
     nearest keys; if some query's position has not reached ``npos_max - 1`` there, the lowest
     position reached instead.
@@ -350,17 +196,11 @@ def _band(layer: _Layer, i0: int, i1: int, band: int, future: Tensor) -> Tensor 
     _, frac, lo, steps = interpolate(table, positions)
     torch.addcmul(lo, frac, steps, out=relative_shift(mask, band + 1))
     mask[..., :bq] += future
-    out, lse = _flash(q, k, v, layer.scale, mask)
+    out, lse = flash_lse(q, k, v, layer.scale, mask)
     if j0 == 0:
         return out
-    far, far_lse = _flash(q, *layer.keys(0, j0), layer.scale)
-    return _merge(out, lse, far, far_lse + top_logit.squeeze(-1))
-
-
-def _merge(a: Tensor, a_lse: Tensor, b: Tensor, b_lse: Tensor) -> Tensor:
-    """Softmax-weighted union of two disjoint key sets' attention outputs, by log-sum-exps."""
-    total = torch.logaddexp(a_lse, b_lse)
-    return a * (a_lse - total).exp().unsqueeze(-1) + b * (b_lse - total).exp().unsqueeze(-1)
+    far, far_lse = flash_lse(q, *layer.keys(0, j0), layer.scale)
+    return merge_by_lse(out, lse, far, far_lse + top_logit.squeeze(-1))
 
 
 def _wider(band: int, reached: float, top: int) -> int:
@@ -371,12 +211,12 @@ def _wider(band: int, reached: float, top: int) -> int:
     return -(-max(band + 16, int(want)) // 16) * 16
 
 
-def _fused_blocks(layer: _Layer, block_size: int, band: int) -> Tensor:
+def _fused_blocks(layer: CoPELayer, block_size: int, band: int) -> Tensor:
     """Every query block through the fused route, or the band route where at least ``band``
     queries precede the block (``band`` 0: nowhere); ``[b, h, s, d_h]``."""
     b, h, s, _ = layer.q.shape
-    futures, outputs, i1, budget = _Futures(layer.q.device), [], s, block_elements()
-    while i1 > 0:  # last block first (see _partition)
+    futures, outputs, i1, budget = FutureMasks(layer.q.device), [], s, block_elements()
+    while i1 > 0:  # last block first (see query_blocks)
         out = None
         bq = query_block(min(block_size, BAND_QUERIES), b, h, band + BAND_QUERIES, budget)
         while band and out is None and i1 - bq >= band:
@@ -426,12 +266,12 @@ def cope_attention(
     with torch.autocast(q.device.type, enabled=False):
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, emb)):
             out = CoPEAttention.apply(*args, block_size)
-        elif fused_available(q.device):
+        elif flash_available(q.device):
             # the first band tried: at the gates' initial mean of 1/2, positions reach the top
             # after 2 npos_max keys; a quarter more for their spread (then it adapts)
             band = 5 * npos_max // 2 if gaps is None else 0
-            out = _fused_blocks(_Layer(*args), block_size, band)
+            out = _fused_blocks(CoPELayer(*args), block_size, band)
         else:
-            layer = _Layer(*args)
-            out = _explicit(layer, _partition(layer, block_size), keep=False)[0]
+            layer = CoPELayer(*args)
+            out = _explicit(layer, query_blocks(layer, block_size), keep=False)[0]
     return out.to(v.dtype)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from posx.kernels.flash import flash_lse
+
 # Queries per chunk of the band products: a chunk multiplies its ``c`` queries by the
 # ``c + n - 1`` keys they reach, of which each query uses ``n`` (with n = 16, half the columns).
 BAND_CHUNK = 16
@@ -69,8 +71,8 @@ def near_band_attend(
     # query i >= n also sees keys [0, i - n]: a causal attention of q[n:] over k[:s - n]
     far_out = far_lse = None
     if s > n:
-        far_out, far_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q[..., n:, :], k[..., : s - n, :], v[..., : s - n, :], is_causal=True, scale=scale
+        far_out, far_lse = flash_lse(
+            q[..., n:, :], k[..., : s - n, :], v[..., : s - n, :], scale, causal=True
         )
     near_keys = near_keys.float() - (0 if far_key is None else far_key.float())
     if near_values is not None or far_value is not None:

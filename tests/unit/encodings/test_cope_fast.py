@@ -219,7 +219,7 @@ def test_backward_gradcheck(kind):
 def test_explicit_route_without_gradient(monkeypatch, kind):
     """Off the CPU (no flash kernel) evaluation takes the explicit route, as training does."""
     routes = _Routes(monkeypatch)
-    monkeypatch.setattr(kernel, "fused_available", lambda device: False)
+    monkeypatch.setattr(kernel, "flash_available", lambda device: False)
     gen = torch.Generator().manual_seed(9)
     enc, q, k, v = _inputs(2, 2, 50, 8, npos_max=6, block=16, gen=gen)
     pos = _positions(kind, 2, 50, gen)

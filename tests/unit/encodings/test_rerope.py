@@ -157,8 +157,8 @@ def test_a_window_of_one_sees_every_earlier_key_at_distance_one():
 
 def test_far_keys_take_the_fused_kernel_without_a_gradient(monkeypatch):
     calls = []
-    fused = blocked._flash_lse
-    monkeypatch.setattr(blocked, "_flash_lse", lambda *a: calls.append(a[1].shape[-2]) or fused(*a))
+    fused = blocked.flash_lse
+    monkeypatch.setattr(blocked, "flash_lse", lambda *a: calls.append(a[1].shape[-2]) or fused(*a))
     s = 300
     enc, pos = rerope(window=5), positions("arange", s)
     q, k, v = qkv(s)
