@@ -7,12 +7,14 @@ class: :mod:`~posx.kernels.bias` (query-blocked SDPA with an additive bias),
 :mod:`~posx.kernels.memo` (position-only tensors reused within a forward).
 
 Their helpers: :mod:`~posx.kernels.relative` (relative shifts and distance blocks),
-:mod:`~posx.kernels.sdpa_mask` (the mask layout CUDA's SDPA needs) and
+:mod:`~posx.kernels.sdpa_mask` (the mask layout CUDA's SDPA needs),
+:mod:`~posx.kernels.flash` (the CPU's flash kernel with its log-sum-exp, and merging by it) and
 :mod:`~posx.kernels.near_band` (attention whose far keys share one term: one flash call plus a
 near band).
 
 Encodings whose arithmetic needs a kernel of its own keep it here too:
-:mod:`~posx.kernels.rotary` (RoPE's rotation), :mod:`~posx.kernels.cope` (CoPE's attention),
-:mod:`~posx.kernels.disentangled` (DeBERTa's c2p and p2c terms) and :mod:`~posx.kernels.ode`
-(FLOATER's RK4 solve). Which kernel runs is chosen in :mod:`posx.model.attention`.
+:mod:`~posx.kernels.rotary` (RoPE's rotation), :mod:`~posx.kernels.cope` (CoPE's attention, with
+its tables in :mod:`~posx.kernels.cope_layer`), :mod:`~posx.kernels.disentangled` (DeBERTa's c2p
+and p2c terms) and :mod:`~posx.kernels.ode` (FLOATER's RK4 solve). Which kernel runs is chosen
+in :mod:`posx.model.attention`.
 """

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from posx.encodings import deberta
-from posx.encodings.deberta import DeBERTa, deberta_index, log_bucket_position
+from posx.encodings.deberta import DeBERTa
+from posx.encodings.deberta_buckets import deberta_index, log_bucket_position
 
 H, D, S = 2, 4, 7
 

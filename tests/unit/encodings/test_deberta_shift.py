@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from posx.encodings import deberta
-from posx.encodings.deberta import DeBERTa, deberta_index
+from posx.encodings.deberta import DeBERTa
+from posx.encodings.deberta_buckets import deberta_index
 from posx.kernels.blocked import MAX_BLOCK_ELEMENTS, FarKeys, blocked_attend
 from posx.kernels.relative import per_query
 
