@@ -12,24 +12,19 @@ import pandas as pd
 import pytest
 
 from tests.integration.test_cli_errors import assert_one_line_error
-from tests.unit.pretrained.tiny_models import corpus_file, save_model
+from tests.unit.pretrained.tiny_models import model_root, offline_hub
 
 SMALL = ["task.val_fraction=0.5", "eval.tokens=128"]
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("hf_cli")
-    save_model("llama", root / "llama")
-    save_model("gpt2", root / "gpt2")
-    corpus_file(root)
-    return root
+    return model_root(tmp_path_factory.mktemp("hf_cli"), ("llama", "gpt2"))
 
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))  # no real cache is read or written
+    offline_hub(monkeypatch, tmp_path / "hf_home")
 
 
 def hf_eval(posx, models, root, *args, model: str | Path = "llama", progress=False):

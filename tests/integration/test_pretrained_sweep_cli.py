@@ -12,7 +12,7 @@ import pytest
 from posx import tracking
 from posx.tracking.base import Tracker
 from tests.integration.test_cli_errors import assert_one_line_error
-from tests.unit.pretrained.tiny_models import corpus_file, save_model
+from tests.unit.pretrained.tiny_models import model_root, offline_hub
 
 SMALL = ["task.val_fraction=0.5", "eval.tokens=128", "--lengths", "32,64"]
 
@@ -54,17 +54,12 @@ def models(tmp_path_factory) -> Path:
     import torch
 
     torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("hf_sweep")
-    save_model("llama", root / "llama")
-    save_model("qwen2", root / "qwen2")
-    corpus_file(root)
-    return root
+    return model_root(tmp_path_factory.mktemp("hf_sweep"), ("llama", "qwen2"))
 
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    offline_hub(monkeypatch, tmp_path / "hf_home")
 
 
 @pytest.fixture

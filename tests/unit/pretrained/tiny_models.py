@@ -104,3 +104,18 @@ def save_model(kind: str, directory: Path, tokenizer=None, **config) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def model_root(directory: Path, kinds: tuple[str, ...]) -> Path:
+    """``directory`` holding a saved tiny model per kind (in a folder of its name) and the
+    corpus file: what the CLI tests point ``posx eval hf:...`` at."""
+    for kind in kinds:
+        save_model(kind, directory / kind)
+    corpus_file(directory)
+    return directory
+
+
+def offline_hub(monkeypatch, cache: Path) -> None:
+    """No network and no real Hugging Face cache: ``cache`` stands for ``HF_HOME``."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(cache))
