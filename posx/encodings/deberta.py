@@ -15,9 +15,10 @@ with the relative distance ``d(i,j) = clip(i - j + k, 0, 2k - 1)`` (the paper's 
 At consecutive positions (the usual case) both terms are read by distance
 (:mod:`posx.kernels.disentangled`), on float32 CPU tensors by one of two fast paths: a layer
 whose queries fit one block (training at the usual lengths, short evaluations) is one autograd
-node, ``DisentangledAttention``; a longer evaluation, up to :data:`SDPA_MAX_LENGTH` tokens,
-sends each query block through SDPA's fused kernel with the terms as its mask. Everything else
-(training in several blocks, longer evaluations, other dtypes and devices) takes
+node, ``DisentangledAttention``; a longer evaluation takes the keys from the saturation distance
+back through one fused causal call and the nearer ones as a band
+(:func:`~posx.kernels.near_band.near_band_attend`). Everything else
+(training in several blocks, other dtypes and devices) takes
 :func:`~posx.kernels.blocked.blocked_attend` with the same terms, and positions that are not
 consecutive gather each pair's row of the table.
 """
@@ -42,57 +43,20 @@ from posx.kernels.blocked import (
 from posx.kernels.disentangled import (
     AddTerms,
     DisentangledAttention,
-    banded_bias_sdpa,
     shifted_terms,
 )
+from posx.kernels.near_band import BandTerms, near_band_attend
 from posx.kernels.relative import (
     consecutive_positions,
     per_query,
 )
 
-# Longest evaluation that takes SDPA's fused kernel with the relative terms as its mask: the
-# kernel reads a block's mask over all of its keys, far ones included (zeros), so its cost grows
-# as s^2 where the explicit path's near band grows as s. One layer of the tiny model, one
-# thread, batch 1: 29 ms against 40 ms at 2,048 tokens, 96 against 117 at 4,096, 353 against
-# 326-347 at 8,192.
-SDPA_MAX_LENGTH = 4096
-# Queries per block on that path (fewer where the explicit path's budget says so). Evaluation at
-# 4x and 16x the training length, interleaved with the reference, one thread (reference / posx):
-# 64 against 128 queries, tiny 0.60 / 0.56 at 16x and 0.50 / 0.35 at 4x; 64 against 32, tiny
-# 0.60 / 0.54 at 16x, small 0.74 / 0.71 at 16x and 0.78 / 0.72 at 4x.
-SDPA_QUERIES = 64
-# At 2 threads or more, up to 128 queries per block where that still makes 8 blocks: one fused
-# call on 64 queries gained only 1.2-1.4x from the second thread where one on 256 gained 1.7x
-# (2 x 4 heads x 1,024 keys, quiet machine; the full causal call 1.9x), and the small ops
-# building the mask did not gain at all. One layer at 2 threads, paired with the reference's
-# causal call (reference / posx, tiny): 16x 0.38 with 64 queries, 0.44 with 128; at 4x, where
-# 128 would make 2 blocks, 0.35 against 0.27. `make bench` at 2 threads, tiny 16x, three
-# old/new pairs: 0.47 / 0.52, 0.49 / 0.52, 0.46 / 0.50. One thread keeps 64 (128: 0.54
-# against 0.56 at 16x).
-SDPA_QUERIES_THREADED = 128
-
 
 def _fast_inputs(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether the layer may take :class:`DisentangledAttention` or :meth:`DeBERTa._sdpa_attend`:
-    float32 on the CPU, where they were measured (CUDA trains under bf16 autocast, and its
-    fused kernel needs aligned masks)."""
+    """Whether the layer may take :class:`DisentangledAttention` or :meth:`DeBERTa._band_attend`:
+    float32 on the CPU, where they were measured (the band's fused kernel is the CPU's; CUDA
+    trains under bf16 autocast)."""
     return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (q, k, v))
-
-
-def sdpa_queries(s: int) -> int:
-    """Most queries per block of the fused evaluation path at length ``s``:
-    :data:`SDPA_QUERIES` at one thread, at more up to :data:`SDPA_QUERIES_THREADED` while
-    that leaves at least 8 blocks.
-
-    Args:
-        s: Sequence length.
-
-    Returns:
-        Queries per block before the memory budget (:func:`query_block`).
-    """
-    if torch.get_num_threads() == 1:
-        return SDPA_QUERIES
-    return max(SDPA_QUERIES, min(SDPA_QUERIES_THREADED, s // 8))
 
 
 class DebertaProjections(nn.Module):
@@ -171,8 +135,8 @@ class DeBERTa(PerLayer):
             if self._one_block(q):
                 a, b_ = self._distance_rows(k.shape[-2], k_r, q_r * scale)
                 return DisentangledAttention.apply(q, k, v, a, b_, scale)
-            if not torch.is_grad_enabled() and q.shape[-2] <= SDPA_MAX_LENGTH:
-                return self._sdpa_attend(q, k, v, k_r, q_r, scale)
+            if not torch.is_grad_enabled():
+                return self._band_attend(q, k, v, k_r, q_r, scale)
         # The scale folded into both query sides (each term is linear in one of them); keys
         # and K^r transposed once rather than copied transposed in every block's matmul.
         q_scaled, q_r_scaled = q * scale, q_r * scale
@@ -226,24 +190,34 @@ class DeBERTa(PerLayer):
         p2c_rows = deberta_index(zero, ahead, span, buckets).squeeze(0)  # delta(j, i)
         return k_r[:, c2p_rows], q_r_scaled[:, p2c_rows]
 
-    def _sdpa_attend(
+    def _band_attend(
         self, q: Tensor, k: Tensor, v: Tensor, k_r: Tensor, q_r: Tensor, scale: float
     ) -> Tensor:
-        """Evaluation at consecutive positions: each query block through SDPA's fused kernel,
-        c2p and p2c as its float mask.
+        """Evaluation at consecutive positions: the keys from ``far_distance`` back in one
+        fused causal call, the nearer ones as a band (:func:`near_band_attend`).
 
         From ``far_distance`` on both terms are constant: c2p's ``q_i . K^r_last`` is one
         number per query (the softmax drops it) and p2c's ``k_j . Q^r_0`` is folded into the
-        queries (``q + Q^r_0``). With ``K^r - K^r_last`` and ``Q^r - Q^r_0`` in the tables,
-        the mask of a far pair is exactly 0, and only a block's near band is computed: it is
-        written into one zeroed ``[b, h, block, s]`` buffer, blocks from the last one back, so
-        the keys before each band hold the zeros no band has reached yet.
+        queries (``q + Q^r_0``). The band adds ``K^r - K^r_last`` to the queries' side and
+        ``Q^r - Q^r_0`` to the keys', less ``Q^r_0 . (K^r - K^r_last)``, which the shifted
+        queries bring to the first.
         """
-        b, h, s, _ = q.shape
-        step = min(sdpa_queries(s), query_block(self.block_size, b, h, s, ATTEND_BLOCK_ELEMENTS))
-        k_r_near, q_r_near = (k_r - k_r[:, -1:]) * scale, (q_r - q_r[:, :1]) * scale
-        add_terms = self._relative_terms(q, k, k_r_near, q_r_near)
-        return banded_bias_sdpa(q + q_r[:, :1], k, v, add_terms, step, self.far_distance, scale)
+        n = min(self.far_distance, q.shape[-2])
+        distance = torch.arange(n - 1, -1, -1, device=k.device)  # band row m: n - 1 - m
+        zero = torch.zeros(1, dtype=torch.long, device=k.device)
+        span, buckets = self.max_relative_positions, self.position_buckets
+        c2p_rows = deberta_index(distance, zero, span, buckets).squeeze(-1)  # delta(i, j)
+        p2c_rows = deberta_index(zero, distance, span, buckets).squeeze(0)  # delta(j, i)
+        q_r0 = q_r[:, :1]  # [h, 1, d_h]
+        a = k_r[:, c2p_rows] - k_r[:, -1:]  # [h, n, d_h]
+        terms = BandTerms(
+            query_rows=a,
+            key_rows=(q_r[:, p2c_rows] - q_r0) * scale,
+            bias=(a @ q_r0.transpose(-1, -2)).squeeze(-1) * -scale,
+        )
+        out = near_band_attend(q + q_r0, k, v, scale, n, terms)
+        assert out is not None  # no rescore to decline
+        return out
 
     def _far(
         self,

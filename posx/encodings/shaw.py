@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from posx.encodings.per_layer import PerLayer
 from posx.kernels.blocked import FarKeys, blocked_attend, fused_lse_available
-from posx.kernels.near_band import near_band_attend
+from posx.kernels.near_band import BandTerms, near_band_attend
 from posx.kernels.relative import (
     consecutive_positions,
     gather_relative,
@@ -138,7 +138,12 @@ class Shaw(PerLayer):
         # band row m holds key i - n + 1 + m, distance n - 1 - m: slot k - n + 1 + m
         slots = slice(self.max_relative_position - n + 1, self.max_relative_position + 1)
         w_k, w_v = tables.w_k, tables.w_v
-        return near_band_attend(q, k, v, scale, w_k[slots], w_v[slots], w_k[0], w_v[0])
+        terms = BandTerms(
+            query_rows=w_k[slots] - w_k[0], value_rows=w_v[slots] - w_v[0], far_value=w_v[0]
+        )
+        out = near_band_attend(q, k, v, scale, n, terms)
+        assert out is not None  # no rescore to decline
+        return out
 
     def extra_repr(self) -> str:
         return f"k={self.max_relative_position}, {super().extra_repr()}"

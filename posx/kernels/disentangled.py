@@ -21,8 +21,7 @@ forward and backward by hand, as one autograd node (autograd's graph of the bloc
 computation had about thirty nodes per layer, with strided copies and a zero fill per view).
 The ``[h, b]`` order of its internals lets the tables, shared by the batch, enter one product
 per head over every sequence. For several query blocks, :func:`shifted_terms` gives a block's
-two terms (for :func:`posx.kernels.blocked.blocked_attend`, or as the float mask of SDPA's
-fused kernel in :func:`banded_bias_sdpa`, without a gradient).
+two terms (for :func:`posx.kernels.blocked.blocked_attend`).
 """
 
 from __future__ import annotations
@@ -31,16 +30,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from posx.kernels.blocked import future_bias, mask_future_
+from posx.kernels.blocked import future_bias
 from posx.kernels.relative import relative_shift_keys
 
 # Keys per p2c product of :func:`shifted_terms` (at least the block's queries): a product of c
 # keys spans c + bq - 1 distances, so larger chunks waste more, smaller ones make more calls.
-# Evaluation at 16x through banded_bias_sdpa (64-query blocks), reference / posx, one thread:
-# 64 against 128 keys, small 0.755 / 0.731, tiny 0.647 / 0.629 (0.527 / 0.516 at 4x).
+# Measured when evaluation still took these terms as a fused kernel's mask (64-query blocks, at
+# 16x, reference / posx, one thread): 64 against 128 keys, small 0.755 / 0.731, tiny 0.647 /
+# 0.629 (0.527 / 0.516 at 4x).
 P2C_KEY_CHUNK = 64
 
 # (i0, i1, j0, out, overwrite): a block's two relative terms (queries [i0, i1), keys [j0, i1))
@@ -181,48 +180,3 @@ def shifted_terms(q: Tensor, k: Tensor, a_t: Tensor, b_t: Tensor) -> AddTerms:
             out[..., c0:c1].add_(relative_shift_keys(p2c, bq))
 
     return add_terms
-
-
-def banded_bias_sdpa(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    add_terms: AddTerms,
-    step: int,
-    far: int,
-    scale: float,
-) -> Tensor:
-    """Causal attention without a gradient whose logits are ``scale * q . k`` plus two relative
-    terms that are 0 from ``far`` apart on: each query block through SDPA's fused kernel (the
-    content product, the softmax and the values in one pass), the terms as its float mask.
-
-    Only a block's near band (keys from ``i0 + 1 - far``) is computed: it is written into one
-    zeroed ``[b, h, step, s]`` buffer, blocks from the last one back, so the keys before each
-    band hold the zeros that no band has reached yet.
-
-    Args:
-        q: Queries ``[b, h, s, d]``.
-        k: Keys ``[b, h, s, d]``.
-        v: Values ``[b, h, s, d]``.
-        add_terms: The block's terms (e.g. :func:`shifted_terms`), exactly 0 from ``far`` on.
-        step: Queries per block.
-        far: Distance from which the terms are 0.
-        scale: Of ``q . k``.
-
-    Returns:
-        ``[b, h, s, d]``.
-    """
-    b, h, s, _ = q.shape
-    mask = q.new_zeros(b, h, min(step, s), s)
-    outputs = []
-    for i0 in reversed(range(0, s, step)):  # largest block first (see blocked_attend)
-        i1 = min(s, i0 + step)
-        j0 = max(0, i0 + 1 - far)
-        add_terms(i0, i1, j0, mask[..., : i1 - i0, j0:i1], True)
-        block_mask = mask_future_(mask[..., : i1 - i0, :i1], i0, i1)
-        outputs.append(
-            F.scaled_dot_product_attention(
-                q[..., i0:i1, :], k[..., :i1, :], v[..., :i1, :], attn_mask=block_mask, scale=scale
-            )
-        )
-    return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)

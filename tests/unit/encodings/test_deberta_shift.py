@@ -169,14 +169,14 @@ def _spy(monkeypatch, name: str, calls: list[str]) -> None:
         (40, 256, True, "DisentangledAttention"),  # training, one block
         (40, 256, False, "DisentangledAttention"),  # evaluation, one block
         (40, 8, True, "blocked_attend"),  # training, several blocks
-        (40, 8, False, "banded_bias_sdpa"),  # evaluation, several blocks
+        (40, 8, False, "near_band_attend"),  # evaluation, several blocks
     ],
 )
 def test_each_path_is_taken_where_intended(monkeypatch, s, block, grad, path):
     """The equality tests above cover the path they mean to: which one runs, by shape and
     gradient (a spy on each)."""
     calls: list[str] = []
-    for name in ("DisentangledAttention", "blocked_attend", "banded_bias_sdpa"):
+    for name in ("DisentangledAttention", "blocked_attend", "near_band_attend"):
         _spy(monkeypatch, name, calls)
     enc, q, k, v = _setup(s, 16, 0, block, seed=2)
     with torch.set_grad_enabled(grad):
@@ -184,18 +184,21 @@ def test_each_path_is_taken_where_intended(monkeypatch, s, block, grad, path):
     assert calls == [path]
 
 
-def test_evaluation_past_the_sdpa_length_takes_the_blocked_path(monkeypatch):
-    """Longer than ``SDPA_MAX_LENGTH`` (the fused kernel would read an s^2 mask), evaluation
-    keeps the explicit blocked path with its far keys, and the same result."""
-    monkeypatch.setattr(deberta, "SDPA_MAX_LENGTH", 32)
-    calls: list[str] = []
-    _spy(monkeypatch, "blocked_attend", calls)
-    enc, q, k, v = _setup(40, 16, 0, 8, seed=4)
-    pos = torch.arange(40) + 5
+@pytest.mark.parametrize(("span", "buckets"), [(16, 0), (40, 8), (300, 0)])
+def test_long_evaluation_takes_the_band_at_any_length(monkeypatch, span, buckets):
+    """Evaluation takes the band whatever the length (it was SDPA with a mask up to 4,096
+    tokens, the blocked path past it): the keys from the saturation distance back in one
+    fused causal call, so nothing grows as s^2; same result as the former implementation,
+    with log buckets, and with a saturation distance past the length (no far part)."""
+    calls: list[int] = []
+    real = deberta.near_band_attend
+    monkeypatch.setattr(deberta, "near_band_attend", lambda *a: calls.append(a[4]) or real(*a))
+    enc, q, k, v = _setup(260, span, buckets, 16, seed=4)
+    pos = torch.arange(260) + 5
     with torch.no_grad():
         got = enc.for_layer(1).attend(q, k, v, pos, pos)
         expected = reference_layer_attend(enc, q, k, v, pos, pos, layer=1)
-    assert calls == ["blocked_attend"]
+    assert calls == [min(260, enc.far_distance)]
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
@@ -210,43 +213,3 @@ def test_other_dtypes_keep_the_blocked_path(monkeypatch):
     expected = reference_layer_attend(enc, q.double(), k.double(), v.double(), pos, pos, 0)
     assert calls == ["blocked_attend"]
     torch.testing.assert_close(got, expected)
-
-
-@pytest.mark.parametrize(
-    ("threads", "s", "expected"),
-    [(1, 1024, 64), (1, 4096, 64), (2, 1024, 128), (2, 4096, 128), (2, 512, 64), (2, 256, 64)],
-)
-def test_fused_blocks_widen_at_several_threads_only_while_8_remain(threads, s, expected):
-    """``sdpa_queries``: 64 queries at one thread; at more, up to 128 while that leaves 8
-    blocks (issue 34: a 64-query call barely gains from a second thread)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        assert deberta.sdpa_queries(s) == expected
-    finally:
-        torch.set_num_threads(before)
-
-
-@pytest.mark.parametrize("kind", POSITIONS)
-def test_wider_fused_blocks_at_two_threads_equal_the_former_implementation(monkeypatch, kind):
-    """At 2 threads evaluation takes 128-query blocks (spied) with the same result as the
-    former implementation, and as 64-query blocks at one thread."""
-    steps: list[int] = []
-    real = deberta.banded_bias_sdpa
-    monkeypatch.setattr(deberta, "banded_bias_sdpa", lambda *a: steps.append(a[4]) or real(*a))
-    s = 8 * 128
-    enc, q, k, v = _setup(s, 40, 0, 256, seed=6)
-    q_pos = _positions(kind, s)
-    before = torch.get_num_threads()
-    try:
-        with torch.no_grad():
-            torch.set_num_threads(2)
-            wide = enc.for_layer(1).attend(q, k, v, q_pos, q_pos)
-            torch.set_num_threads(1)
-            narrow = enc.for_layer(1).attend(q, k, v, q_pos, q_pos)
-            expected = reference_layer_attend(enc, q, k, v, q_pos, q_pos, layer=1)
-    finally:
-        torch.set_num_threads(before)
-    assert steps == [128, 64]
-    torch.testing.assert_close(wide, expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(wide, narrow, atol=1e-6, rtol=1e-5)
