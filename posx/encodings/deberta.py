@@ -215,9 +215,7 @@ class DeBERTa(PerLayer):
             key_rows=(q_r[:, p2c_rows] - q_r0) * scale,
             bias=(a @ q_r0.transpose(-1, -2)).squeeze(-1) * -scale,
         )
-        out = near_band_attend(q + q_r0, k, v, scale, n, terms)
-        assert out is not None  # no rescore to decline
-        return out
+        return near_band_attend(q + q_r0, k, v, scale, n, terms)
 
     def _far(
         self,

@@ -141,9 +141,7 @@ class Shaw(PerLayer):
         terms = BandTerms(
             query_rows=w_k[slots] - w_k[0], value_rows=w_v[slots] - w_v[0], far_value=w_v[0]
         )
-        out = near_band_attend(q, k, v, scale, n, terms)
-        assert out is not None  # no rescore to decline
-        return out
+        return near_band_attend(q, k, v, scale, n, terms)
 
     def extra_repr(self) -> str:
         return f"k={self.max_relative_position}, {super().extra_repr()}"

@@ -1,20 +1,22 @@
 """Causal attention whose relative terms stop changing a fixed number of keys back, without a
-gradient: the far keys in one fused causal call, the near band as a few small products.
+gradient: the far keys in one fused causal call, the near band in chunks.
 
-At consecutive positions (distance = query index - key index) an encoding with a clipping
-distance ``n`` (Shaw's ``a^K``, ``a^V``) scores every key at least ``n`` back like a plain
-attention plus a per-query constant, and adds one constant vector to its value. Those keys,
-``[0, i - n]`` for query ``i``, are exactly a causal attention of queries ``[n, s)`` over keys
-``[0, s - n)``: one call of the CPU's fused flash kernel (``is_causal``), which also returns the
-log-sum-exp. The ``n`` nearest keys of every query are scored here as a ``[b, h, s, n]`` band
-(one batched product per chunk of ``c`` queries against the ``c + n - 1`` keys they reach, read
-along its diagonals), and the two parts are merged exactly by their log-sum-exps. Nothing of size
-``s x s`` exists, no mask is read, and the fused kernel skips the causal triangle: the cost is a
-plain causal attention plus ``O(s n d_h)``.
+At consecutive positions (distance = query index - key index) an encoding whose terms saturate
+at a distance ``n`` (Shaw's clipped ``a^K``, ``a^V``; DeBERTa's c2p and p2c) scores every key at
+least ``n`` back like a plain attention plus a per-query constant, and adds one constant vector
+to its value. Those keys, ``[0, i - n]`` for query ``i``, are exactly a causal attention of
+queries ``[n, s)`` over keys ``[0, s - n)``: one call of the CPU's fused flash kernel
+(``is_causal``), which also returns the log-sum-exp. The ``n`` nearest keys of every query form
+a band, taken in chunks of ``c`` queries against the ``c + n - 1`` keys they reach (overlapping
+windows of one padded copy of the keys, read along their diagonals), and the two parts are
+merged exactly by their log-sum-exps. Nothing of size ``s x s`` exists: the cost is a plain
+causal attention plus ``O(s n d_h)``. The encoding's terms on the band (:class:`BandTerms`)
+are measured from the far keys' (the per-query constant cancels in the softmax, and the far
+value is added once, the probabilities summing to 1).
 
-The per-query constant of the far keys cancels in the softmax, so the band is scored relative to
-it (``near_keys - far_key``), and the far value is added once, weighted by the probabilities'
-total of 1 (``near_values - far_value`` for the band).
+Two routes for the band: with value terms the band's probabilities are needed, so its softmax
+is explicit (jointly with the far part's log-sum-exp); without, the flash kernel takes each
+chunk with the terms on the band's diagonals of its mask and ``-inf`` elsewhere.
 
 Without a gradient only (the kernel's log-sum-exp has none) and on the CPU; callers check
 :func:`~posx.kernels.blocked.fused_lse_available` and
@@ -23,7 +25,6 @@ Without a gradient only (the kernel's log-sum-exp has none) and on the CPU; call
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -42,10 +43,6 @@ FLASH_CHUNK = 32
 # cache and their memory flat at long lengths.
 SEGMENT_ELEMENTS = 2**19
 
-# (content [b, h, chunks, c, n], rows [b, h, chunks, c, d_h]) -> the encoding's term on the band,
-# or None (see BandTerms.from_content)
-FromContent = Callable[[Tensor, Tensor], Tensor | None]
-
 
 @dataclass(frozen=True)
 class BandTerms:
@@ -53,7 +50,8 @@ class BandTerms:
 
     The band's logit of query ``i`` and key ``j = i - n + 1 + m`` starts as
     ``scale * q_i . k_j``; each field adds its part. Far keys (``i - j >= n``) score
-    ``scale * q_i . k_j + far_logit_i``. Tables are shared by the heads (``[n, ..]``) or per
+    ``scale * q_i . k_j`` (a term common to all of a query's far keys cancels: the encoding
+    measures the band's terms from it). Tables are shared by the heads (``[n, ..]``) or per
     head (``[h, n, ..]``).
 
     Attributes:
@@ -62,10 +60,6 @@ class BandTerms:
         bias: ``[(h,) n]``: adds ``row``.
         value_rows: ``[n, d_h]``: adds ``row`` to a near key's value.
         far_value: ``[d_h]``: adds to every key's value (the far keys get only it).
-        far_logit: ``[b, h, s]``: the far keys' per-query term.
-        from_content: A term computed from the band's content logits ``scale * q_i . k_j``
-            (``rows``: the chunks' queries times ``scale``), or ``None`` where the encoding
-            cannot keep the far keys' promise (then :func:`near_band_attend` returns ``None``).
     """
 
     query_rows: Tensor | None = None
@@ -73,13 +67,11 @@ class BandTerms:
     bias: Tensor | None = None
     value_rows: Tensor | None = None
     far_value: Tensor | None = None
-    far_logit: Tensor | None = None
-    from_content: FromContent | None = None
 
 
 def near_band_attend(
     q: Tensor, k: Tensor, v: Tensor, scale: float, n: int, terms: BandTerms
-) -> Tensor | None:
+) -> Tensor:
     """Causal attention at consecutive positions whose relative terms stop changing ``n`` keys
     back (:class:`BandTerms`).
 
@@ -92,7 +84,7 @@ def near_band_attend(
         terms: The terms.
 
     Returns:
-        ``[b, h, s, d_h]`` in ``v``'s dtype, or ``None`` if ``terms.from_content`` declined.
+        ``[b, h, s, d_h]`` in ``v``'s dtype.
     """
     b, h, s, d_h = q.shape
     # query i >= n also sees keys [0, i - n]: a causal attention of q[n:] over k[:s - n]
@@ -101,8 +93,6 @@ def near_band_attend(
         far_out, far_lse = flash_lse(
             q[..., n:, :], k[..., : s - n, :], v[..., : s - n, :], scale, causal=True
         )
-        if terms.far_logit is not None:
-            far_lse = far_lse + terms.far_logit[..., n:].float()
     explicit = terms.value_rows is not None or terms.far_value is not None
     c = BAND_CHUNK if explicit else FLASH_CHUNK
     chunks = -(-s // c)
@@ -118,10 +108,6 @@ def near_band_attend(
         f0 = min(max(i0, n), i1)  # first query of the segment with far keys
         rows = qs[..., i0 : t1 * c, :].unflatten(-2, (t1 - t0, c))
         near_keys, near_values = keys[:, :, t0:t1], values[:, :, t0:t1]
-        band = content = None
-        if terms.from_content is not None or explicit:
-            band = rows @ near_keys.transpose(-1, -2)  # [b, h, t1 - t0, c, c + n - 1]
-            content = _diagonals(band, n)
         if mask is not None:
             segment_mask = mask[:, :, : t1 - t0]
             logits = _diagonals(segment_mask, n)  # the rest of the mask stays -inf
@@ -129,11 +115,6 @@ def near_band_attend(
             # a tensor of its own: a softmax over the strided view ran several times slower
             logits = rows.new_empty(*rows.shape[:-1], n)
         band_terms.write(logits, rows, t0, t1)
-        if terms.from_content is not None:
-            found = terms.from_content(content, rows)
-            if found is None:
-                return None
-            logits += found
         if i0 < n - 1:  # the first queries' band reaches before key 0
             _before_start_(logits, n, i0)
         far = None
@@ -142,7 +123,9 @@ def near_band_attend(
         if mask is not None:
             out = _flash_band(rows, near_keys, near_values, segment_mask, i1 - i0, f0 - i0, far)
         else:
-            out = _explicit_band(logits.add_(content), band, near_values, i1 - i0, f0 - i0, far)
+            band = rows @ near_keys.transpose(-1, -2)  # [b, h, t1 - t0, c, c + n - 1]
+            logits += _diagonals(band, n)
+            out = _explicit_band(logits, band, near_values, i1 - i0, f0 - i0, far)
             out += band_terms.value_terms(logits, i1 - i0)
         outputs.append(out)
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)

@@ -30,11 +30,7 @@ def dense(q: Tensor, k: Tensor, v: Tensor, scale: float, n: int, terms: BandTerm
     if terms.bias is not None:
         bias = terms.bias if terms.bias.dim() == 2 else terms.bias.expand(h, n)
         zero = zero + bias[:, row]
-    if terms.from_content is not None:
-        zero = zero + terms.from_content(content, None)
     logits = torch.where(near, logits + zero, logits)
-    if terms.far_logit is not None:
-        logits = torch.where(dist >= n, logits + terms.far_logit.unsqueeze(-1), logits)
     probs = torch.softmax(logits.masked_fill(dist < 0, float("-inf")), dim=-1)
     out = probs @ v
     if terms.far_value is not None:
@@ -56,21 +52,14 @@ def _terms(kind: str, b: int, h: int, s: int, d: int, n: int, gen: torch.Generat
     if kind == "deberta":  # per-head tables on both sides and a bias: the flash route
         return BandTerms(query_rows=randn(h, n, d), key_rows=randn(h, n, d), bias=randn(h, n))
     if kind == "shared tables":
-        return BandTerms(key_rows=randn(n, d), bias=randn(n), far_logit=randn(b, h, s))
-    if kind == "from content":
-        return BandTerms(
-            key_rows=randn(h, n, d),
-            far_logit=randn(b, h, s),
-            from_content=lambda content, rows: torch.sin(3 * content),
-        )
-    if kind == "from content, explicit":
-        return BandTerms(far_value=randn(d), from_content=lambda content, rows: content.cos())
+        return BandTerms(key_rows=randn(n, d), bias=randn(n))
+    if kind == "per-head keys, explicit":
+        return BandTerms(key_rows=randn(h, n, d), bias=randn(h, n), far_value=randn(d))
     assert kind == "none"
     return BandTerms()
 
 
-KINDS = ["shaw", "shaw keys only", "deberta", "shared tables", "from content", "none"]
-KINDS.append("from content, explicit")
+KINDS = ["shaw", "shaw keys only", "deberta", "shared tables", "per-head keys, explicit", "none"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -112,18 +101,3 @@ def test_each_route_is_the_one_intended(kind, monkeypatch):
     q, k, v = (torch.randn(1, 2, 70, 8, generator=gen) for _ in range(3))
     near_band_attend(q, k, v, 0.3, 20, _terms(kind, 1, 2, 70, 8, 20, gen))
     assert set(calls) == {"_flash_band" if kind == "deberta" else "_explicit_band"}
-
-
-def test_a_declining_term_returns_none_and_stops_at_its_segment(monkeypatch):
-    """``from_content`` answering None (an encoding that cannot keep the far keys' promise)
-    ends the call with None, without computing the other segments."""
-    monkeypatch.setattr(near_band, "SEGMENT_ELEMENTS", 1)
-    seen: list[int] = []
-
-    def declines(content: Tensor, rows: Tensor) -> Tensor | None:
-        seen.append(1)
-        return None
-
-    q = k = v = torch.randn(1, 1, 200, 4)
-    assert near_band_attend(q, k, v, 0.5, 8, BandTerms(from_content=declines)) is None
-    assert seen == [1]
