@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -211,3 +212,37 @@ def test_attend_encodings_have_issue_34_targets(bench):
     assert table.loc[(1024, "shaw"), "meets_target"] == False  # noqa: E712 - 0.45 < 0.5
     assert math.isnan(table.loc[(256, "shaw"), "target_vs_reference"])
     assert table.loc[(256, "shaw"), "meets_target"] == ""
+
+
+def test_a_variant_failing_at_an_eval_length_is_a_row_not_a_crash(bench):
+    """Abacus under the default positions fails past its table (max_index rows, 512) at 16x
+    the training length of 64; `make bench` stopped there. The failing variant gets a row that
+    says why, and the others are still timed."""
+
+    class FailsPast(torch.nn.Module):
+        def __init__(self, limit: int) -> None:
+            super().__init__()
+            self.limit, self.inner = limit, bench.Reference(bench.Dims(16, 1, 2, 32))
+
+        def forward(self, tokens):
+            if tokens.shape[-1] > self.limit:
+                raise ValueError(f"index {tokens.shape[-1] - 1} is past the table\nsecond line")
+            return self.inner(tokens)
+
+    dims = bench.Dims(16, 1, 2, 32)
+    reference = bench.Variant("reference", "-", bench.Reference(dims))
+    fine = bench.Variant("posx/nope", "nope", bench.Reference(dims))
+    failing = bench.Variant("posx/abacus", "abacus", FailsPast(16))
+    args = SimpleNamespace(
+        device=torch.device("cpu"), length=8, batch=2, eval_factors=[1, 4], eval_rounds=1,
+        sample_seconds=0.0, threads=1,
+    )  # fmt: skip
+    rows: list[dict] = []
+    calls: dict[str, int] = {}
+    bench.bench_evaluation("tiny", reference, [fine, failing], torch.Generator(), calls, args, rows)
+    data = pd.DataFrame(rows)
+    at_32 = data[data.length == 32].set_index("variant")
+    assert at_32.loc["posx/abacus", "note"] == "failed: ValueError: index 31 is past the table"
+    assert math.isnan(at_32.loc["posx/abacus", "tokens_per_s"])
+    assert at_32.loc["posx/nope", "tokens_per_s"] > 0
+    assert (data[data.length == 8].tokens_per_s > 0).all()  # within its table it is timed
