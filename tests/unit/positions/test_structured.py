@@ -150,19 +150,11 @@ def test_abacus_table_refuses_an_index_past_it():
         enc.embed(x, torch.tensor([0.0, 1.0, 2.0]))
 
 
-def test_trainer_and_evaluator_feed_structured_positions(tmp_path: Path, monkeypatch):
+def test_trainer_and_evaluator_feed_structured_positions(tmp_path: Path, seen_positions):
     from posx.evaluation.sweep import evaluate_model
-    from posx.model.transformer import TransformerLM
     from posx.training.loop import train
 
-    seen: list[torch.Tensor] = []
-    forward = TransformerLM.forward
-
-    def spy(self, tokens, pos=None):
-        seen.append(pos)
-        return forward(self, tokens, pos)
-
-    monkeypatch.setattr(TransformerLM, "forward", spy)
+    seen = seen_positions
     overrides = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task=arithmetic",
                  "encoding=abacus", "positions=abacus", "train.length=3", "train.steps=2",
                  "train.batch_size=4", "train.progress=false",

@@ -122,19 +122,11 @@ def test_run_label_names_the_strategy(tmp_path: Path):
     assert run_meta(compose(TINY), tmp_path, names, {}, CPU)["encoding"] == "rope"
 
 
-def test_training_with_randomized_positions_feeds_them_to_the_model(tmp_path: Path, monkeypatch):
+def test_training_with_randomized_positions_feeds_them_to_the_model(tmp_path: Path, seen_positions):
     """The training loop hands the sampled ``[b, s]`` positions to the model."""
-    from posx.model.transformer import TransformerLM
     from posx.training.loop import train
 
-    seen: list[torch.Tensor] = []
-    forward = TransformerLM.forward
-
-    def spy(self, tokens, pos=None):
-        seen.append(pos)
-        return forward(self, tokens, pos)
-
-    monkeypatch.setattr(TransformerLM, "forward", spy)
+    seen = seen_positions
     overrides = [
         *TINY,
         "task=copy",
