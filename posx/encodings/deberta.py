@@ -253,7 +253,7 @@ class DeBERTa(PerLayer):
 
         def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
             content = q_scaled[..., i0:i1, :] @ k_t[..., j0:i1]  # [b, h, bq, i1 - j0]
-            add_terms(i0, i1, j0, content, False)
+            add_terms(i0, i1, j0, content)
             return content, None
 
         return scores

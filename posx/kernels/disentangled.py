@@ -42,9 +42,9 @@ from posx.kernels.relative import relative_shift_keys
 # 0.629 (0.527 / 0.516 at 4x).
 P2C_KEY_CHUNK = 64
 
-# (i0, i1, j0, out, overwrite): a block's two relative terms (queries [i0, i1), keys [j0, i1))
-# added to, or written into, out [b, h, i1 - i0, i1 - j0]
-AddTerms = Callable[[int, int, int, Tensor, bool], None]
+# (i0, i1, j0, out): adds a block's two relative terms (queries [i0, i1), keys [j0, i1)) to
+# out [b, h, i1 - i0, i1 - j0]
+AddTerms = Callable[[int, int, int, Tensor], None]
 
 
 def _heads_first(x: Tensor) -> Tensor:
@@ -163,15 +163,15 @@ def shifted_terms(q: Tensor, k: Tensor, a_t: Tensor, b_t: Tensor) -> AddTerms:
         b_t: ``[h, d, 2s - 1]``: ``B`` at distances ``1 - s`` up to ``s - 1``.
 
     Returns:
-        The function that adds (or writes) a block's terms (see :data:`AddTerms`).
+        The function that adds a block's terms (see :data:`AddTerms`).
     """
     s = k.shape[-2]
 
-    def add_terms(i0: int, i1: int, j0: int, out: Tensor, overwrite: bool) -> None:
+    def add_terms(i0: int, i1: int, j0: int, out: Tensor) -> None:
         bq, keys = i1 - i0, i1 - j0
         c2p = q[..., i0:i1, :] @ a_t[..., s - keys : s + 1]  # [b, h, bq, keys + 1]
         c2p = c2p.flatten(-2)[..., bq - 1 : bq - 1 + bq * keys].unflatten(-1, (bq, keys))
-        out.copy_(c2p) if overwrite else out.add_(c2p)
+        out.add_(c2p)
         chunk = max(bq, P2C_KEY_CHUNK)
         for c0 in range(0, keys, chunk):
             c1 = min(keys, c0 + chunk)

@@ -100,6 +100,6 @@ def test_shifted_terms_equal_dense(s, step, far):
     for i0 in range(0, s, step):
         i1, j0 = min(s, i0 + step), max(0, i0 - far)
         out = torch.full((b, h, i1 - i0, i1 - j0), 7.0)
-        add_terms(i0, i1, j0, out, False)
+        add_terms(i0, i1, j0, out)
         causal = (dist[i0:i1, j0:i1] >= 0).expand_as(out)
         torch.testing.assert_close(out[causal] - 7.0, pairs[..., i0:i1, j0:i1][causal])
