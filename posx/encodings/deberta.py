@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from posx.encodings.deberta_buckets import deberta_index, saturation_distance
 from posx.encodings.per_layer import PerLayer
+from posx.kernels.band_terms import BandTerms
 from posx.kernels.blocked import (
     ATTEND_BLOCK_ELEMENTS,
     MAX_BLOCK_ELEMENTS,
@@ -45,7 +46,7 @@ from posx.kernels.disentangled import (
     DisentangledAttention,
     shifted_terms,
 )
-from posx.kernels.near_band import BandTerms, near_band_attend
+from posx.kernels.near_band import near_band_attend
 from posx.kernels.relative import (
     consecutive_positions,
     per_query,
@@ -182,13 +183,23 @@ class DeBERTa(PerLayer):
     def _distance_rows(self, s: int, k_r: Tensor, q_r_scaled: Tensor) -> tuple[Tensor, Tensor]:
         """``K^r`` at distances ``s - 1`` down to ``-1`` and ``Q^r`` (scaled) at ``0`` up to
         ``s``, each ``[h, s + 1, d_h]``: the tables of :class:`DisentangledAttention`."""
-        span, buckets = self.max_relative_positions, self.position_buckets
-        distance = torch.arange(s - 1, -2, -1, device=k_r.device)
-        zero = torch.zeros(1, dtype=torch.long, device=k_r.device)
-        c2p_rows = deberta_index(distance, zero, span, buckets).squeeze(-1)  # delta(i, j)
-        ahead = torch.arange(s + 1, device=k_r.device)
-        p2c_rows = deberta_index(zero, ahead, span, buckets).squeeze(0)  # delta(j, i)
+        c2p_rows = self._c2p_rows(torch.arange(s - 1, -2, -1, device=k_r.device))
+        p2c_rows = self._p2c_rows(torch.arange(s + 1, device=k_r.device))
         return k_r[:, c2p_rows], q_r_scaled[:, p2c_rows]
+
+    def _c2p_rows(self, distance: Tensor) -> Tensor:
+        """Table rows ``delta(i, j)`` of the query side (c2p) at distances ``i - j``:
+        ``[n] -> [n]``."""
+        zero = distance.new_zeros(1)
+        span, buckets = self.max_relative_positions, self.position_buckets
+        return deberta_index(distance, zero, span, buckets).squeeze(-1)
+
+    def _p2c_rows(self, distance: Tensor) -> Tensor:
+        """Table rows ``delta(j, i)`` of the key side (p2c) at distances ``i - j``:
+        ``[n] -> [n]``."""
+        zero = distance.new_zeros(1)
+        span, buckets = self.max_relative_positions, self.position_buckets
+        return deberta_index(zero, distance, span, buckets).squeeze(0)
 
     def _band_attend(
         self, q: Tensor, k: Tensor, v: Tensor, k_r: Tensor, q_r: Tensor, scale: float
@@ -204,15 +215,11 @@ class DeBERTa(PerLayer):
         """
         n = min(self.far_distance, q.shape[-2])
         distance = torch.arange(n - 1, -1, -1, device=k.device)  # band row m: n - 1 - m
-        zero = torch.zeros(1, dtype=torch.long, device=k.device)
-        span, buckets = self.max_relative_positions, self.position_buckets
-        c2p_rows = deberta_index(distance, zero, span, buckets).squeeze(-1)  # delta(i, j)
-        p2c_rows = deberta_index(zero, distance, span, buckets).squeeze(0)  # delta(j, i)
         q_r0 = q_r[:, :1]  # [h, 1, d_h]
-        a = k_r[:, c2p_rows] - k_r[:, -1:]  # [h, n, d_h]
+        a = k_r[:, self._c2p_rows(distance)] - k_r[:, -1:]  # [h, n, d_h]
         terms = BandTerms(
             query_rows=a,
-            key_rows=(q_r[:, p2c_rows] - q_r0) * scale,
+            key_rows=(q_r[:, self._p2c_rows(distance)] - q_r0) * scale,
             bias=(a @ q_r0.transpose(-1, -2)).squeeze(-1) * -scale,
         )
         return near_band_attend(q + q_r0, k, v, scale, n, terms)
@@ -262,12 +269,9 @@ class DeBERTa(PerLayer):
         """c2p (``q_c2p . K^r``) and p2c (``k . Q^r``) of a block at consecutive positions
         (:func:`shifted_terms`), from ``K^r`` and ``Q^r`` laid out once per layer by distance
         (``O(s d)``): every pair's distance, future pairs included, lies in ``[-s, s - 1]``."""
-        span, buckets = self.max_relative_positions, self.position_buckets
         s = k.shape[-2]
         distance = torch.arange(s - 1, -s - 1, -1, device=k.device)  # s - 1 down to -s
-        zero = torch.zeros(1, dtype=torch.long, device=k.device)
-        c2p_rows = deberta_index(distance, zero, span, buckets).squeeze(-1)  # delta(i, j)
-        p2c_rows = deberta_index(zero, distance[:-1].flip(0), span, buckets).squeeze(0)
+        c2p_rows, p2c_rows = self._c2p_rows(distance), self._p2c_rows(distance[:-1].flip(0))
         k_r_t = k_r[:, c2p_rows].transpose(-1, -2).contiguous()  # [h, d_h, 2s]
         q_r_t = q_r[:, p2c_rows].transpose(-1, -2).contiguous()  # [h, d_h, 2s - 1]
         return shifted_terms(q_c2p, k, k_r_t, q_r_t)

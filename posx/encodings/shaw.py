@@ -17,8 +17,9 @@ import torch
 from torch import Tensor, nn
 
 from posx.encodings.per_layer import PerLayer
+from posx.kernels.band_terms import BandTerms
 from posx.kernels.blocked import FarKeys, blocked_attend, fused_lse_available
-from posx.kernels.near_band import BandTerms, near_band_attend
+from posx.kernels.near_band import near_band_attend
 from posx.kernels.relative import (
     consecutive_positions,
     gather_relative,

@@ -10,7 +10,7 @@ Their helpers: :mod:`~posx.kernels.relative` (relative shifts and distance block
 :mod:`~posx.kernels.sdpa_mask` (the mask layout CUDA's SDPA needs),
 :mod:`~posx.kernels.flash` (the CPU's flash kernel with its log-sum-exp, and merging by it) and
 :mod:`~posx.kernels.near_band` (attention whose far keys share one term: one flash call plus a
-near band).
+near band, the encoding's terms on it in :mod:`~posx.kernels.band_terms`).
 
 Encodings whose arithmetic needs a kernel of its own keep it here too:
 :mod:`~posx.kernels.rotary` (RoPE's rotation), :mod:`~posx.kernels.cope` (CoPE's attention, with

@@ -10,9 +10,10 @@ queries ``[n, s)`` over keys ``[0, s - n)``: one call of the CPU's fused flash k
 a band, taken in chunks of ``c`` queries against the ``c + n - 1`` keys they reach (overlapping
 windows of one padded copy of the keys, read along their diagonals), and the two parts are
 merged exactly by their log-sum-exps. Nothing of size ``s x s`` exists: the cost is a plain
-causal attention plus ``O(s n d_h)``. The encoding's terms on the band (:class:`BandTerms`)
-are measured from the far keys' (the per-query constant cancels in the softmax, and the far
-value is added once, the probabilities summing to 1).
+causal attention plus ``O(s n d_h)``. The encoding's terms on the band
+(:class:`~posx.kernels.band_terms.BandTerms`) are measured from the far keys' (the per-query
+constant cancels in the softmax, and the far value is added once, the probabilities summing
+to 1).
 
 Two routes for the band: with value terms the band's probabilities are needed, so its softmax
 is explicit (jointly with the far part's log-sum-exp); without, the flash kernel takes each
@@ -25,11 +26,10 @@ Without a gradient only (the kernel's log-sum-exp has none) and on the CPU; call
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
+from posx.kernels.band_terms import BandTerms, BandTermsWriter
 from posx.kernels.flash import flash_lse, merge_by_lse
 
 # Queries per chunk: a chunk multiplies its ``c`` queries by the ``c + n - 1`` keys they reach,
@@ -44,36 +44,11 @@ FLASH_CHUNK = 32
 SEGMENT_ELEMENTS = 2**19
 
 
-@dataclass(frozen=True)
-class BandTerms:
-    """An encoding's terms on the band (row ``m``: distance ``n - 1 - m``) and on far keys.
-
-    The band's logit of query ``i`` and key ``j = i - n + 1 + m`` starts as
-    ``scale * q_i . k_j``; each field adds its part. Far keys (``i - j >= n``) score
-    ``scale * q_i . k_j`` (a term common to all of a query's far keys cancels: the encoding
-    measures the band's terms from it). Tables are shared by the heads (``[n, ..]``) or per
-    head (``[h, n, ..]``).
-
-    Attributes:
-        query_rows: ``[(h,) n, d_h]``: adds ``scale * q_i . row``.
-        key_rows: ``[(h,) n, d_h]``: adds ``k_j . row``.
-        bias: ``[(h,) n]``: adds ``row``.
-        value_rows: ``[n, d_h]``: adds ``row`` to a near key's value.
-        far_value: ``[d_h]``: adds to every key's value (the far keys get only it).
-    """
-
-    query_rows: Tensor | None = None
-    key_rows: Tensor | None = None
-    bias: Tensor | None = None
-    value_rows: Tensor | None = None
-    far_value: Tensor | None = None
-
-
 def near_band_attend(
     q: Tensor, k: Tensor, v: Tensor, scale: float, n: int, terms: BandTerms
 ) -> Tensor:
     """Causal attention at consecutive positions whose relative terms stop changing ``n`` keys
-    back (:class:`BandTerms`).
+    back (:class:`~posx.kernels.band_terms.BandTerms`).
 
     Args:
         q: Queries ``[b, h, s, d_h]``.
@@ -93,13 +68,13 @@ def near_band_attend(
         far_out, far_lse = flash_lse(
             q[..., n:, :], k[..., : s - n, :], v[..., : s - n, :], scale, causal=True
         )
-    explicit = terms.value_rows is not None or terms.far_value is not None
+    explicit = terms.has_values
     c = BAND_CHUNK if explicit else FLASH_CHUNK
     chunks = -(-s // c)
     qs = _padded(q, chunks * c, scale)  # [b, h, chunks * c, d_h]
     (keys, flat_keys), (values, _) = _windows(k, chunks, c, n), _windows(v, chunks, c, n)
     per = max(1, SEGMENT_ELEMENTS // (b * h * c * (c + n - 1)))  # chunks per segment
-    band_terms = _BandTermsWriter(terms, flat_keys, (b, h, s), c, n)
+    band_terms = BandTermsWriter(terms, flat_keys, (b, h, s), c, n)
     mask = None if explicit else qs.new_full((b, h, min(per, chunks), c, c + n - 1), -torch.inf)
     outputs = []
     for t0 in range(0, chunks, per):
@@ -132,91 +107,6 @@ def near_band_attend(
     return out.to(v.dtype)
 
 
-class _BandTermsWriter:
-    """Writes :class:`BandTerms`' tables on a segment's band, and adds their value terms."""
-
-    def __init__(
-        self, terms: BandTerms, flat_keys: Tensor, shape: tuple[int, int, int], c: int, n: int
-    ) -> None:
-        b, h, _ = shape
-        self.shape, self.c, self.n, self.flat_keys = shape, c, n, flat_keys
-        bias = None if terms.bias is None else terms.bias.float()
-        if bias is not None and bias.dim() == 2:
-            bias = bias[:, None, None, :]  # [h, 1, 1, n]: broadcasts over [b, h, t, c, n]
-        self.query_rows = self.product_bias = None
-        if terms.query_rows is not None:
-            rows_t = terms.query_rows.float().transpose(-1, -2)  # [(h,) d_h, n]
-            if rows_t.dim() == 3:  # one table per head: a batched product over b h
-                rows_t = rows_t.expand(b, h, *rows_t.shape[-2:]).flatten(0, 1)
-            self.query_rows = rows_t
-            # the bias rides in the product (baddbmm's input) rather than a pass of its own
-            if bias is not None and rows_t.dim() == 3:
-                self.product_bias = bias.expand(b, h, 1, 1, n).reshape(b * h, 1, n)
-                bias = None
-        self.bias = bias
-        self.key_rows = None
-        if terms.key_rows is not None:
-            self.key_rows = terms.key_rows.float().transpose(-1, -2)  # [(h,) d_h, n]
-        self.value_rows = self.far_value = None
-        if terms.value_rows is not None or terms.far_value is not None:
-            d_h = flat_keys.shape[-1]
-            zero = torch.zeros(d_h, device=flat_keys.device)
-            self.far_value = zero if terms.far_value is None else terms.far_value.float()
-            self.value_rows = (
-                zero.expand(n, d_h) if terms.value_rows is None else terms.value_rows.float()
-            )
-
-    def write(self, out: Tensor, rows: Tensor, t0: int, t1: int) -> None:
-        """The terms of chunks ``[t0, t1)`` into ``out [b, h, t1 - t0, c, n]`` (any strides)."""
-        parts = []
-        if self.query_rows is not None:
-            flat_rows = rows.flatten(0, 1).flatten(1, 2)  # [b h, t c, d_h]
-            if self.query_rows.dim() == 2:
-                parts.append(rows @ self.query_rows)
-            elif self.product_bias is not None:
-                product = torch.baddbmm(self.product_bias, flat_rows, self.query_rows)
-                parts.append(product.view(out.shape))
-            else:
-                parts.append(torch.bmm(flat_rows, self.query_rows).view(out.shape))
-        if self.key_rows is not None:
-            parts.append(self._key_terms(t0, t1))
-        if len(parts) == 2:
-            torch.add(parts[0], parts[1], out=out)
-        elif parts:
-            out.copy_(parts[0])
-        else:
-            out.zero_()
-        if self.bias is not None:
-            out += self.bias
-
-    def _key_terms(self, t0: int, t1: int) -> Tensor:
-        """``k_j . row_m`` at every band position of chunks ``[t0, t1)``: ``[b, h, t1 - t0, c,
-        n]``.
-
-        Each key meets each row once (query ``i = j + n - 1 - m``), so the keys the chunks
-        reach are multiplied by the rows once, key-major, and the band read from that product
-        along its diagonals: query ``i``'s column ``m`` is row ``i - t0 c + m`` (keys from
-        ``t0 c - n + 1``), column ``m``.
-        """
-        (b, h, s), c, n = self.shape, self.c, self.n
-        length, d_h = -(-s // c) * c, self.flat_keys.shape[-1]
-        reach = (t1 - t0) * c + n - 1
-        size, stride = (b, h, reach, d_h), (h * length * d_h, length * d_h, d_h, 1)
-        keys = self.flat_keys.as_strided(size, stride, t0 * c * d_h)
-        product = keys @ self.key_rows  # [b, h, reach, n]
-        size = (b, h, t1 - t0, c, n)
-        return product.as_strided(size, (*product.stride()[:2], c * n, n, n + 1))
-
-    def value_terms(self, probs: Tensor, queries: int) -> Tensor | float:
-        """``sum_m p_m b_m + b_far`` for the segment's queries ``[b, h, queries, d_h]`` (0
-        without value terms): with every weight, the far part's included, summing to 1,
-        ``b_far`` enters once."""
-        if self.value_rows is None:
-            return 0.0
-        terms = (probs @ self.value_rows).add_(self.far_value)  # [b, h, t, c, d_h]
-        return terms.flatten(-3, -2)[..., :queries, :]
-
-
 def _explicit_band(
     logits: Tensor,
     band: Tensor,
@@ -232,7 +122,7 @@ def _explicit_band(
     band.zero_()
     _diagonals(band, logits.shape[-1]).copy_(logits)
     out = (band @ values).flatten(-3, -2)[..., :queries, :]  # [b, h, queries, d_h]
-    if far is not None and far_weight is not None:
+    if far is not None:
         out[..., f:, :].addcmul_(far_weight.unsqueeze(-1), far[0].float())
     return out
 

@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from posx.kernels import near_band
-from posx.kernels.near_band import BandTerms, near_band_attend
+from posx.kernels.band_terms import BandTerms
+from posx.kernels.near_band import near_band_attend
 
 
 def dense(q: Tensor, k: Tensor, v: Tensor, scale: float, n: int, terms: BandTerms) -> Tensor:
