@@ -40,7 +40,8 @@ def eval_pretrained(
     """``posx eval hf:NAME_OR_DIR ...``: one pretrained model per ``hf:`` word, each its own run
     under ``ROOT/pretrained/``."""
     from posx.pretrained.evaluate import Settings
-    from posx.pretrained.run import Request, evaluate_pretrained, parse_values, progress_line
+    from posx.pretrained.request import Request, parse_values
+    from posx.pretrained.run import evaluate_pretrained, progress_line
     from posx.pretrained.scaling import parse_variant
     from posx.pretrained.track import chosen_loggers, is_logger_word
     from posx.runs.messages import eval_table

@@ -16,18 +16,18 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from posx.errors import ConfigError
 from posx.pretrained import load
-from posx.pretrained.evaluate import Settings, evaluate_text
+from posx.pretrained.evaluate import evaluate_text
 from posx.pretrained.memory import check_pretrained_fits, parameter_count
-from posx.pretrained.passkey import DEPTHS, evaluate_passkey
+from posx.pretrained.passkey import evaluate_passkey
+from posx.pretrained.request import Request
 from posx.pretrained.scaling import rope_parameters
 from posx.pretrained.text import held_out_bytes, tokenize_held_out
 from posx.pretrained.track import recorded_loggers, send_rows
@@ -37,104 +37,6 @@ from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, wri
 log = logging.getLogger(__name__)
 ROW_KEYS = ["task", "eval_length", "mode", "window", "stride", "overrides"]
 RUNS_DIR = "pretrained"
-# key=value settings `posx eval hf:...` takes, with their defaults
-DEFAULTS: dict[str, Any] = {
-    "task.corpus": "stdlib",
-    "task.val_fraction": 0.05,
-    "task.max_bytes": 8_000_000,
-    "task.val_corpus": None,
-    "eval.tokens": 16384,
-    "eval.batch_tokens": 8192,
-    "eval.seed": 0,
-    "passkey.trials": 5,
-    "passkey.depths": list(DEPTHS),
-    "train_length": None,
-    "label": None,
-    "experiment": None,
-}
-
-
-@dataclass
-class Request:
-    """What ``posx eval hf:...`` was asked.
-
-    Attributes:
-        word: ``hf:NAME_OR_DIR``.
-        settings: Lengths, protocol, variants.
-        values: The ``key=value`` settings (see :data:`DEFAULTS`).
-        passkey: Also run passkey retrieval.
-        root: Results root.
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
-        dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``fp32``, ``bf16``, ``fp16``.
-        device_map: ``accelerate`` device map (``auto``: spread over the machine's GPUs).
-        trust_remote_code: Models allowed to run their own code.
-        revision: Hub revision.
-        allow_download: Fetch a model missing from the cache.
-        max_memory: Memory limit in bytes.
-        logger: Trackers chosen on this command (name -> settings), added to those an
-            earlier evaluation of the model chose.
-        sweep_dir: The Hydra sweep this evaluation is a job of, else None.
-    """
-
-    word: str
-    settings: Settings
-    values: dict[str, Any] = field(default_factory=dict)
-    passkey: bool = False
-    root: Path = Path("results")
-    device: str = "auto"
-    dtype: str = "auto"
-    device_map: str | None = None
-    trust_remote_code: list[str] = field(default_factory=list)
-    revision: str | None = None
-    allow_download: bool = False
-    max_memory: int | None = None
-    logger: dict[str, Any] = field(default_factory=dict)
-    sweep_dir: Path | None = None
-
-
-def parse_values(overrides: list[str]) -> dict[str, Any]:
-    """``key=value`` words -> settings (YAML values), over :data:`DEFAULTS`.
-
-    Raises:
-        ConfigError: An unknown key (the keys are listed) or a value of the wrong kind.
-    """
-    values = dict(DEFAULTS)
-    for word in overrides:
-        key, _, text = word.partition("=")
-        if key not in DEFAULTS:
-            raise ConfigError(
-                f"posx eval hf:... has no setting {key!r}; it takes {', '.join(DEFAULTS)}"
-            )
-        try:
-            values[key] = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{word}: not a value ({err.__class__.__name__})") from err
-    return check_values(values)
-
-
-def check_values(values: dict[str, Any]) -> dict[str, Any]:
-    """The settings of :data:`DEFAULTS`, checked (from ``key=value`` words or a sweep job's
-    composed config).
-
-    Returns:
-        ``values``.
-
-    Raises:
-        ConfigError: A value of the wrong kind, said with what is allowed.
-    """
-    for key in ("eval.tokens", "eval.batch_tokens", "passkey.trials", "train_length"):
-        value = values[key]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value <= 0):  # fmt: skip
-            raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-    depths = values["passkey.depths"]
-    if (
-        not isinstance(depths, list)
-        or not depths
-        or not all(isinstance(d, (int, float)) and 0 <= d <= 1 for d in depths)
-    ):
-        raise ConfigError(f"passkey.depths must be a list of numbers in [0, 1], got {depths!r}")
-    return values
 
 
 def model_label(name: str, given: str | None) -> str:

@@ -28,13 +28,8 @@ from posx.config.paths import CONFIG_DIR, searchpath_override, user_config_dirs
 from posx.config.validate import parse_buckets, positive_lengths
 from posx.errors import ConfigError, PosxError
 from posx.pretrained.evaluate import Settings
-from posx.pretrained.run import (
-    DEFAULTS,
-    Request,
-    check_values,
-    evaluate_pretrained,
-    progress_line,
-)
+from posx.pretrained.request import DEFAULTS, Request, check_values
+from posx.pretrained.run import evaluate_pretrained, progress_line
 from posx.pretrained.scaling import parse_variant
 from posx.pretrained.track import CONFIG_NAME, compose_pretrained
 from posx.runs.evaluation import failures

@@ -11,7 +11,8 @@ import pytest
 
 from posx.errors import ConfigError
 from posx.pretrained import load
-from posx.pretrained.run import model_label, parse_values, run_directory, trained_length
+from posx.pretrained.request import parse_values
+from posx.pretrained.run import model_label, run_directory, trained_length
 
 
 def test_a_directory_is_identified_by_a_hash_of_its_files(tiny_dir, tmp_path):
