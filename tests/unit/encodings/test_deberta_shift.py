@@ -213,3 +213,27 @@ def test_other_dtypes_keep_the_blocked_path(monkeypatch):
     expected = reference_layer_attend(enc, q.double(), k.double(), v.double(), pos, pos, 0)
     assert calls == ["blocked_attend"]
     torch.testing.assert_close(got, expected)
+
+
+def test_posx_eval_takes_the_band(cli, tmp_path, monkeypatch):
+    """Through the command a user types: ``posx eval`` of a trained DeBERTa run at a length
+    one query block cannot hold, past the saturation distance, evaluates through the near band
+    (keys further back in the fused causal call), and its rows are ok."""
+    import pandas as pd
+
+    from posx.encodings.deberta_buckets import saturation_distance
+    from tests.conftest import TINY
+
+    calls: list[int] = []
+    real = deberta.near_band_attend
+    monkeypatch.setattr(deberta, "near_band_attend", lambda *a: calls.append(a[4]) or real(*a))
+    trained = cli("train", *TINY, "train.steps=2", "encoding=deberta", "model.attn_block_size=8",
+                  "encoding.max_relative_positions=16", f"root={tmp_path}")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    (run_json,) = tmp_path.rglob("run.json")
+    calls.clear()
+    out = cli("eval", str(run_json.parent), "--lengths", "64", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert calls and set(calls) == {saturation_distance(16)}  # < 64: a far part too
+    rows = pd.read_csv(run_json.parent / "eval.csv").set_index("eval_length")
+    assert rows.loc[64, "status"] == "ok"
