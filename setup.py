@@ -3,7 +3,7 @@
 ``configs/`` stays where users look for it and is the only copy in the repository; setuptools
 maps it into the package. That takes a ``package_dir`` entry, which cannot be combined with
 ``packages.find`` in pyproject.toml, so the package list is made here. Everything else is
-declared in pyproject.toml.
+declared in pyproject.toml, except the C sources shipped with ``posx.kernels.native``.
 """
 
 from pathlib import Path
@@ -22,5 +22,6 @@ CONFIGS = ["posx.configs", *(f"posx.configs.{g}" for g in GROUPS)]
 setup(
     packages=[*find_packages(include=["posx", "posx.*"]), *CONFIGS],
     package_dir={"posx.configs": "configs"},
-    package_data={name: ["*.yaml"] for name in CONFIGS},
+    # the C kernels are built from source on first use (posx/kernels/native/__init__.py)
+    package_data={**{name: ["*.yaml"] for name in CONFIGS}, "posx.kernels.native": ["*.c"]},
 )

@@ -10,10 +10,13 @@ linearly between the two around ``p_ij``.
 Keys are laid out last to first once per layer (:mod:`posx.kernels.cope_layer`, with the
 position tables), so the positions are plain cumulative sums.
 
-Three routes, with the same logits:
+Four routes, with the same logits:
 
 - explicit (:class:`CoPEAttention`), with gradients or off the CPU: per block the logits,
   softmax and value product; the layer is one autograd node whose backward is written out.
+- native (CPU, no gradient, float32, where it could be built): the fused C kernel of
+  :mod:`posx.kernels.cope_native`, each query's nearest keys in one pass, the keys further back
+  through the flash kernel. The two routes below are its PyTorch fallback.
 - fused (CPU, no gradient): the position term is the float mask of the CPU's flash-attention
   kernel, which takes the content product, softmax and value product in one pass.
 - band (CPU, no gradient, unit gaps, long sequences): gates are non-negative, so a position
@@ -42,6 +45,7 @@ from posx.kernels.cope_layer import (
     query_blocks,
     suffix_positions,
 )
+from posx.kernels.cope_native import cope_native
 from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 from posx.kernels.relative import relative_shift
 
@@ -270,7 +274,9 @@ def cope_attention(
             # the first band tried: at the gates' initial mean of 1/2, positions reach the top
             # after 2 npos_max keys; a quarter more for their spread (then it adapts)
             band = 5 * npos_max // 2 if gaps is None else 0
-            out = _fused_blocks(CoPELayer(*args), block_size, band)
+            out = cope_native(*args, band)
+            if out is None:  # no fused C kernel here (or not for these inputs)
+                out = _fused_blocks(CoPELayer(*args), block_size, band)
         else:
             layer = CoPELayer(*args)
             out = _explicit(layer, query_blocks(layer, block_size), keep=False)[0]

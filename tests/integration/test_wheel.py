@@ -57,6 +57,8 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {p.relative_to(REPO).as_posix() for p in (REPO / "configs").rglob("*.yaml")}
     assert {f"posx/{p}" for p in shipped} <= names, "configs missing from the wheel"
+    kernels = {p.relative_to(REPO).as_posix() for p in (REPO / "posx").rglob("*.c")}
+    assert kernels and kernels <= names, "C kernel sources missing from the wheel"
     assert not any(n.startswith(("configs/", "tests/")) for n in names)
 
     venv = tmp / "venv"

@@ -1,0 +1,232 @@
+/* CoPE's attention (Golovneva et al. 2024) on the CPU without gradients, fused per query.
+ *
+ * For query i over its n nearest keys j = i, i-1, .., i-n+1, in one pass over them:
+ *   c_j = scale q_i.k_j                        content score
+ *   p_j = sum of sigmoid(c_t), t = j..i        position (with gaps: sec. "Gaps" below)
+ *   z_j = c_j + interp(L_i, min(p_j, top))     L_i[m] = q_i.e_m, read linearly between integers
+ * then the softmax over the z_j and the weighted sum of the values, with its log-sum-exp. Eager
+ * PyTorch makes a dozen passes over a [queries, keys] block for the same thing (posx/kernels/
+ * cope.py); here the keys' numbers stay in two arrays of the thread's cache.
+ *
+ * Which keys: the caller passes `width`. A query with more keys than that takes its `width`
+ * nearest ones if its position has reached `top` within them (gates are non-negative, so every
+ * key further back is clamped at the top too: the caller takes those through the flash kernel and
+ * merges by log-sum-exp); otherwise, and with position gaps, it takes all of its keys. `full`
+ * says which: 1 where the row took every key (no far part to merge).
+ *
+ * Layout (made by posx/kernels/cope_native.py): keys and values last to first, so a query's
+ * nearest keys are consecutive and ascending in memory; keys transposed, with 32 zero columns
+ * after the last key so that whole vectors may be read past it. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loads and stores */
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+enum { SPARE = 64 }; /* zero columns after the keys (kt) and slack in the per-thread buffers */
+
+static inline v8 min8(v8 a, v8 b) {
+    const v8i a_less = a < b;
+    return (v8)((a_less & (v8i)a) | (~a_less & (v8i)b));
+}
+
+static inline v8 max8(v8 a, v8 b) {
+    const v8i a_more = a > b;
+    return (v8)((a_more & (v8i)a) | (~a_more & (v8i)b));
+}
+
+/* running sums of eight floats (lane l: x[0] + .. + x[l]) */
+static inline v8 running_sum8(v8 x) {
+    const v8 zero = {0};
+    x += __builtin_shufflevector(zero, x, 0, 8, 9, 10, 11, 12, 13, 14);
+    x += __builtin_shufflevector(zero, x, 0, 1, 8, 9, 10, 11, 12, 13);
+    x += __builtin_shufflevector(zero, x, 0, 1, 2, 3, 8, 9, 10, 11);
+    return x;
+}
+
+/* e^x within 2 ulp of expf for x in [-87, 88] (clamped there): Cody-Waite reduction and a
+ * degree-6 polynomial, written so that the compiler vectorises the loops it sits in. */
+static inline float exp_poly(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float k = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const union { int32_t i; float f; } two_k = {.i = ((int32_t)k + 127) << 23};
+    return p * two_k.f;
+}
+
+typedef struct {
+    const float *q;       /* [bh, s, d] queries, times scale */
+    const float *kt;      /* [bh, d, s + SPARE] keys last to first, transposed, zeros after */
+    const float *v;       /* [bh, s, d] values last to first */
+    const float *weights; /* [d, weights_stride]: e_0 .. e_top over scale, zeros after */
+    const float *gaps;    /* [gap_rows, s] gap into each key, last to first; NULL: all 1 */
+    float *out;           /* [bh, s, d] */
+    float *lse;           /* [bh, s] */
+    uint8_t *full;        /* [bh, s] */
+    int64_t heads, s, width, top, gap_rows, weights_stride;
+} cope_args;
+
+/* The logits z[0..n) of query row r against its n nearest keys, the nearest first; returns the
+ * position reached at the n-th key (unclamped). c and z have room for n + SPARE floats; L and S
+ * hold the query's logit at each integer position and the step to the next (0 at the top). */
+static inline __attribute__((always_inline)) float
+logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float *L,
+       const float *S, int64_t D) {
+    const int64_t s = a->s, bh = r / s, i = r % s, own = s - 1 - i; /* its key, last to first */
+    const float *q = a->q + r * D, *kt = a->kt + bh * D * (s + SPARE) + own;
+    const float top = (float)a->top;
+    for (int64_t t = 0; t < n; t += 64) { /* 64 keys a step: eight independent sums */
+        v8 sum[8] = {{0}};
+        for (int64_t e = 0; e < D; e++) {
+            const float qe = q[e], *row = kt + e * (s + SPARE) + t;
+            for (int j = 0; j < 8; j++) sum[j] += qe * *(const v8u *)(row + 8 * j);
+        }
+        for (int j = 0; j < 8; j++) *(v8u *)(c + t + 8 * j) = sum[j];
+    }
+    const int64_t n8 = (n + 7) & ~(int64_t)7; /* whole vectors: the keys past n are finite */
+    for (int64_t t = 0; t < n8; t++) z[t] = 1.0f / (1.0f + exp_poly(-c[t]));
+    float reached = 0.f;
+    if (a->gaps == NULL) {
+        v8 carry = {0};
+        for (int64_t t = 0; t < n; t += 8) {
+            const v8 p = running_sum8(*(const v8u *)(z + t)) + carry;
+            carry = (v8){0} + p[7];
+            if (t + 8 >= n) reached = p[n - 1 - t];
+            const v8 clamped = min8(p, (v8){0} + top);
+            for (int l = 0; l < 8; l++) {
+                const int32_t m = (int32_t)clamped[l];
+                z[t + l] = c[t + l] + L[m] + (clamped[l] - (float)m) * S[m];
+            }
+        }
+        return reached;
+    }
+    /* Gaps: p_ij = g_ij + sum over the keys t after j of g_it * gap_t, clamped to [0, top]
+     * (negative gaps can take it below 0). */
+    const float *gap = a->gaps + (a->gap_rows > 1 ? bh / a->heads * s : 0) + own;
+    float after = 0.f;
+    for (int64_t t = 0; t < n; t++) {
+        reached = after + z[t];
+        after += z[t] * gap[t];
+        const float p = reached < 0.f ? 0.f : (reached < top ? reached : top);
+        const int32_t m = (int32_t)p;
+        z[t] = c[t] + L[m] + (p - (float)m) * S[m];
+    }
+    return reached;
+}
+
+static inline __attribute__((always_inline)) void
+query(const cope_args *a, int64_t r, float *c, float *z, float *L, float *S, int64_t D) {
+    const int64_t s = a->s, bh = r / s, i = r % s, npos = a->top + 1;
+    const float *q = a->q + r * D;
+    for (int64_t m0 = 0; m0 < npos; m0 += 64) { /* L = q E, 64 positions a step, in registers */
+        v8 l[8] = {{0}};
+        const int64_t width = npos - m0 < 64 ? npos - m0 : 64;
+        for (int64_t e = 0; e < D; e++) {
+            const float qe = q[e], *w = a->weights + e * a->weights_stride + m0;
+            for (int j = 0; j < 8; j++) l[j] += qe * *(const v8u *)(w + 8 * j);
+        }
+        for (int j = 0; j < 8 && 8 * j < width; j++) *(v8u *)(L + m0 + 8 * j) = l[j];
+    }
+    for (int64_t m = 0; m + 1 < npos; m++) S[m] = L[m + 1] - L[m];
+    S[npos - 1] = 0.f;
+    int64_t n = i + 1 < a->width ? i + 1 : a->width;
+    const float reached = logits(a, r, n, c, z, L, S, D);
+    a->full[r] = n == i + 1;
+    if (!a->full[r] && !(reached >= (float)a->top)) { /* keys further back not all clamped */
+        n = i + 1;
+        logits(a, r, n, c, z, L, S, D);
+        a->full[r] = 1;
+    }
+    v8 most = (v8){0} + z[0];
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) most = max8(most, *(const v8u *)(z + t));
+    float mx = most[0];
+    for (int l = 1; l < 8; l++) mx = most[l] > mx ? most[l] : mx;
+    for (; t < n; t++) mx = z[t] > mx ? z[t] : mx;
+    for (t = 0; t < n; t++) z[t] = exp_poly(z[t] - mx);
+    v8 sums = {0};
+    for (t = 0; t + 8 <= n; t += 8) sums += *(const v8u *)(z + t);
+    float sum = ((sums[0] + sums[4]) + (sums[1] + sums[5])) + ((sums[2] + sums[6]) + (sums[3] + sums[7]));
+    for (; t < n; t++) sum += z[t];
+    /* SETS sets of sums (eight registers in all), so that consecutive keys' products do not
+     * wait on each other */
+    enum { MAX_SETS = 4 };
+    const int SETS = D <= 16 ? 4 : (D <= 32 ? 2 : 1);
+    const float *v = a->v + (bh * s + s - 1 - i) * D;
+    v8 o[MAX_SETS][D / 8];
+    for (int j = 0; j < SETS; j++)
+        for (int64_t e = 0; e < D / 8; e++) o[j][e] = (v8){0};
+    for (t = 0; t + SETS <= n; t += SETS)
+        for (int j = 0; j < SETS; j++)
+            for (int64_t e = 0; e < D / 8; e++)
+                o[j][e] += z[t + j] * *(const v8u *)(v + (t + j) * D + 8 * e);
+    for (; t < n; t++)
+        for (int64_t e = 0; e < D / 8; e++) o[0][e] += z[t] * *(const v8u *)(v + t * D + 8 * e);
+    for (int j = 1; j < SETS; j++)
+        for (int64_t e = 0; e < D / 8; e++) o[0][e] += o[j][e];
+    for (int64_t e = 0; e < D / 8; e++)
+        *(v8u *)(a->out + r * D + 8 * e) = o[0][e] / sum;
+    a->lse[r] = mx + logf(sum);
+}
+
+/* per thread: c and z (s + SPARE floats each), L (npos rounded up to 64), S (npos) */
+typedef struct {
+    float *c, *z, *L, *S;
+} buffers;
+
+/* one copy of the loop per common head width, where the compiler knows D */
+#define ROWS(D)                                                                                \
+    static void rows_##D(const cope_args *a, int64_t r0, int64_t r1, const buffers *b) {      \
+        for (int64_t r = r0; r < r1; r++) query(a, r, b->c, b->z, b->L, b->S, D);            \
+    }
+ROWS(16)
+ROWS(32)
+ROWS(64)
+ROWS(128)
+
+static void rows_any(const cope_args *a, int64_t r0, int64_t r1, const buffers *b, int64_t d) {
+    for (int64_t r = r0; r < r1; r++) query(a, r, b->c, b->z, b->L, b->S, d);
+}
+
+/* Every query row of bh * s, over `threads` threads (OpenMP: the process's runtime, torch's).
+ * d must be a multiple of 8. Returns 0, or 1 if a thread could not allocate its buffers. */
+int cope_band(const float *q, const float *kt, const float *v, const float *weights,
+              const float *gaps, float *out, float *lse, uint8_t *full, int64_t bh,
+              int64_t heads, int64_t s, int64_t d, int64_t width, int64_t top, int64_t gap_rows,
+              int64_t threads) {
+    const int64_t npos = top + 1, stride = (npos + 63) / 64 * 64;
+    const cope_args a = {q, kt, v, weights, gaps, out, lse, full, heads, s, width, top, gap_rows,
+                         stride};
+    const int64_t rows = bh * s, chunk = 64;
+    const size_t floats = 2 * ((size_t)s + SPARE) + (size_t)stride + (size_t)npos;
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        float *mem = malloc(floats * sizeof(float));
+        const buffers b = {mem, mem + s + SPARE, mem + 2 * (s + SPARE), mem + 2 * (s + SPARE) + stride};
+        failed = mem == NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            const int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+            if (mem == NULL) continue;
+            switch (d) {
+            case 16: rows_16(&a, r0, r1, &b); break;
+            case 32: rows_32(&a, r0, r1, &b); break;
+            case 64: rows_64(&a, r0, r1, &b); break;
+            case 128: rows_128(&a, r0, r1, &b); break;
+            default: rows_any(&a, r0, r1, &b, d);
+            }
+        }
+        free(mem);
+    }
+    return failed;
+}

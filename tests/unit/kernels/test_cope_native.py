@@ -1,0 +1,220 @@
+"""CoPE's fused C kernel (posx/kernels/native/cope_band.c through posx/kernels/cope_native.py)
+against the former implementation (autograd's graph of the formula over blocked_attend, kept in
+test_cope_fast.py): every head width the kernel specialises and a generic one, every kind of
+positions, the band with its far part, rows whose positions fall short of the top within the
+band, and the layer through ``CoPE.attend`` and ``posx eval``. Then the builder: the cache, a
+damaged cached library, no compiler, a compile error, the switch."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+
+import pytest
+import torch
+
+import posx.kernels.cope as kernel
+from posx.kernels import cope_native, native
+from tests.unit.encodings.test_cope_fast import (
+    KINDS,
+    _inputs,
+    _positions,
+    assert_as_accurate,
+    assert_near,
+    reference_attend,
+)
+
+needs_kernel = pytest.mark.skipif(
+    not cope_native.available(), reason="no C compiler here: the PyTorch routes are tested"
+)
+
+SHAPES = [  # b, h, s, d, npos_max: d 16/32/64/128 specialised, 8 and 24 generic
+    (2, 3, 8, 16, 16),
+    (1, 2, 37, 8, 6),
+    (2, 2, 70, 24, 4),
+    (1, 2, 129, 32, 32),
+    (2, 1, 50, 64, 8),
+    (1, 1, 20, 128, 5),
+]
+
+
+@pytest.fixture
+def native_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each call of the kernel's entry from cope_attention: True where it returned a result."""
+    calls: list[bool] = []
+    real = kernel.cope_native
+
+    def spy(*args):
+        out = real(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(kernel, "cope_native", spy)
+    return calls
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_equals_the_former_implementation(native_calls, shape, kind):
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((shape, kind)).encode()))
+    b, h, s, d, npos_max = shape
+    enc, q, k, v = _inputs(b, h, s, d, npos_max, 256, gen)
+    pos = _positions(kind, b, s, gen)
+    with torch.inference_mode():
+        got = enc.attend(q, k, v, pos, pos)
+        assert_as_accurate(got, enc, q, k, v, pos)
+    assert native_calls == [True]
+
+
+@needs_kernel
+@pytest.mark.parametrize(("std", "short"), [(0.3, False), (1.5, True)])
+@pytest.mark.parametrize("d", [16, 24])
+def test_band_with_its_far_part(native_calls, std, short, d):
+    """300 tokens, npos_max 8 (band 20): later queries take 21 keys in the kernel and the rest
+    through the flash kernel; with spread gates some positions fall short of the top within
+    the band, and those queries take all of their keys in the kernel (``full``)."""
+    gen = torch.Generator().manual_seed(11)
+    b, h, s, npos_max = 2, 3, 300, 8
+    enc, q, k, v = _inputs(b, h, s, d, npos_max, 16, gen, std=std)
+    pos = torch.arange(s)
+    band = 5 * npos_max // 2
+    with torch.no_grad():
+        got = enc.attend(q, k, v, pos, pos)
+        assert_as_accurate(got, enc, q, k, v, pos)
+        emb = enc.layers[0].pos_emb
+        full = cope_native.near_part(q, k, v, emb, None, npos_max, band + 1)[2]
+    assert native_calls == [True]
+    assert full[..., : band + 1].all()  # no keys further back
+    assert bool(full[..., band + 1 :].any()) == short
+
+
+@needs_kernel
+def test_long_rows_and_all_keys():
+    """A sequence longer than the band with unit gaps and a band as wide as the sequence: the
+    kernel alone, equal to the fused PyTorch route."""
+    gen = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(1, 2, 700, 16, generator=gen) * 0.4 for _ in range(3))
+    emb = torch.randn(16, 64, generator=gen)
+    with torch.no_grad():
+        got = cope_native.cope_native(q, k, v, emb, None, 64, 1000)
+        ref = kernel._fused_blocks(kernel.CoPELayer(q, k, v, emb, None, 64), 256, 0)
+    assert_near(got, ref, 1e-5)
+
+
+def test_not_taken_where_it_does_not_apply(native_calls):
+    """float64, a head width that is not a multiple of 8, and gradients take the PyTorch
+    routes."""
+    gen = torch.Generator().manual_seed(13)
+    enc, q, k, v = _inputs(1, 2, 30, 8, 6, 256, gen)
+    pos = torch.arange(30)
+    with torch.no_grad():
+        ref = reference_attend(enc.double(), q.double(), k.double(), v.double(), pos)
+        got = enc.attend(q.double(), k.double(), v.double(), pos, pos)
+    assert_near(got, ref, 1e-5)
+    enc, q, k, v = _inputs(1, 2, 30, 12, 6, 256, gen)
+    with torch.no_grad():
+        assert_near(enc.attend(q, k, v, pos, pos), reference_attend(enc, q, k, v, pos), 1e-5)
+    enc.attend(q.requires_grad_(), k, v, pos, pos)
+    assert native_calls == [False, False]  # the gradient call never asks
+
+
+@needs_kernel
+def test_posx_eval_takes_the_kernel(cli, tmp_path, native_calls):
+    """Through the command a user types: ``posx eval`` of a trained CoPE run at 4x its
+    training length (past the band) runs the kernel, and its rows match the PyTorch routes'."""
+    import pandas as pd
+
+    from tests.conftest import TINY
+
+    trained = cli("train", *TINY, "train.steps=2", "encoding=cope", "model.d_model=64",
+                  f"root={tmp_path}")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    (run_json,) = tmp_path.rglob("run.json")
+    out = cli("eval", str(run_json.parent), "--lengths", "64", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert native_calls and all(native_calls)
+    rows = pd.read_csv(run_json.parent / "eval.csv").set_index("eval_length")
+    assert rows.loc[64, "status"] == "ok"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernel, "cope_native", lambda *a: None)
+        again = cli("eval", str(run_json.parent), "--lengths", "64", "--no-progress")
+    assert again.returncode == 0, again.stderr
+    eager = pd.read_csv(run_json.parent / "eval.csv").set_index("eval_length")
+    assert abs(eager.loc[64, "loss"] - rows.loc[64, "loss"]) < 1e-5
+
+
+# ----------------------------------------------------------------------------- the builder
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """An empty cache directory and no library loaded yet in this process."""
+    monkeypatch.setenv(native.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.delenv(native.ENV_SWITCH, raising=False)
+    monkeypatch.setattr(native, "_loaded", {})
+    return tmp_path / "cache"
+
+
+def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    calls: list[list[str]] = []
+    real = native._compile
+    monkeypatch.setattr(native, "_compile", lambda c, f, *a: calls.append(f) or real(c, f, *a))
+    return calls
+
+
+@needs_kernel
+def test_built_once_then_loaded_from_the_cache(fresh_cache, monkeypatch):
+    compiles = _compiles(monkeypatch)
+    assert native.load("cope_band") is not None
+    (built,) = fresh_cache.glob("cope_band-*.so")
+    assert len(compiles) == 1
+    monkeypatch.setattr(native, "_loaded", {})  # a later process
+    assert native.load("cope_band") is not None
+    assert len(compiles) == 1 and list(fresh_cache.iterdir()) == [built]
+
+
+@needs_kernel
+def test_damaged_library_is_named_and_rebuilt(fresh_cache):
+    """A later process finds the cached library truncated: one line naming the file and the
+    problem, then it is rebuilt and loads. (A subprocess: this one has it loaded already.)"""
+    import os
+    import subprocess
+    import sys
+
+    native.load("cope_band")
+    (built,) = fresh_cache.glob("cope_band-*.so")
+    built.write_bytes(b"\x7fELF truncated")
+    code = "from posx.kernels import native; print(native.load('cope_band') is not None)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, native.ENV_CACHE: str(fresh_cache)}, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    (warning,) = [ln for ln in done.stderr.splitlines() if "PosxWarning" in ln]
+    assert f"{built}: not a loadable library" in warning
+    assert built.stat().st_size > 1000  # rebuilt in place
+
+
+def test_no_compiler(fresh_cache, monkeypatch, caplog):
+    monkeypatch.setenv("CC", str(fresh_cache / "no-such-cc"))
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        assert native.load("cope_band") is None
+    assert "no C compiler" in caplog.text
+    assert not fresh_cache.exists() or not any(fresh_cache.iterdir())
+
+
+def test_compile_error_leaves_nothing_behind(fresh_cache, monkeypatch, caplog):
+    if native.shutil.which("cc") is None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setattr(native, "FLAG_SETS", [["-fno-such-flag-at-all"]])
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        assert native.load("cope_band") is None
+    assert "could not build cope_band.c" in caplog.text
+    assert list(fresh_cache.iterdir()) == []  # no half-written library, no temporary file
+
+
+def test_switched_off(fresh_cache, monkeypatch):
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    compiles = _compiles(monkeypatch)
+    assert native.load("cope_band") is None and compiles == []
