@@ -70,7 +70,7 @@ def near_part(
     weights[:, :npos_max] = emb / scale
     rev_gaps = None if gaps is None else gaps.flip(-1).to(torch.float32).contiguous()
     out, lse = torch.empty_like(queries), q.new_empty(b, h, s)
-    full = torch.empty(b, h, s, dtype=torch.uint8)
+    full = torch.empty(b, h, s, dtype=torch.uint8, device=q.device)  # not a default device
     failed = kernel(
         queries.data_ptr(),
         keys_t.data_ptr(),
@@ -116,8 +116,11 @@ def cope_native(
     s, d = q.shape[-2:]
     if _kernel() is None or d % 8 or not flash_available(q.device):
         return None
-    if any(t.dtype != torch.float32 for t in (q, k, v, emb)):
-        return None
+    tensors = [t for t in (q, k, v, emb, gaps) if t is not None]
+    if any(t.device.type != "cpu" for t in tensors) or any(
+        t.dtype != torch.float32 for t in (q, k, v, emb)
+    ):
+        return None  # the kernel reads CPU float32 memory; anything else would crash it
     width = s if gaps is not None else min(s, band + 1)
     out, lse, full = near_part(q, k, v, emb, gaps, npos_max, width)
     if width >= s:
