@@ -14,7 +14,11 @@ near band, the encoding's terms on it in :mod:`~posx.kernels.band_terms`).
 
 Encodings whose arithmetic needs a kernel of its own keep it here too:
 :mod:`~posx.kernels.rotary` (RoPE's rotation), :mod:`~posx.kernels.cope` (CoPE's attention, with
-its tables in :mod:`~posx.kernels.cope_layer`), :mod:`~posx.kernels.disentangled` (DeBERTa's c2p
-and p2c terms) and :mod:`~posx.kernels.ode` (FLOATER's RK4 solve). Which kernel runs is chosen
-in :mod:`posx.model.attention`.
+its tables in :mod:`~posx.kernels.cope_layer` and its fused C kernel for evaluation in
+:mod:`~posx.kernels.cope_native`), :mod:`~posx.kernels.disentangled` (DeBERTa's c2p and p2c
+terms) and :mod:`~posx.kernels.ode` (FLOATER's RK4 solve). Which kernel runs is chosen in
+:mod:`posx.model.attention`.
+
+:mod:`~posx.kernels.native` builds the C kernels (``native/*.c``) on first use with the system's
+compiler; every caller keeps a PyTorch path for where that cannot be done.
 """
