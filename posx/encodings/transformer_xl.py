@@ -230,10 +230,17 @@ class TransformerXL(PerLayer):
             else self._tables.get((w_r.data_ptr(), w_r._version, s, step, qv.dtype), (), table)
         )
 
+        b, h, _, d = qv.shape
+        qv_heads = qv.transpose(0, 1)  # [h, b, s, d_h]
+
         def bias(i0: int, i1: int) -> Tensor:
-            rel = qv[..., i0:i1, :] @ p_t[..., s - i1 : s - 1 - i0 + i1]
+            # One product per head for the whole batch: [b, h, bq, d_h] @ [h, d_h, n] would
+            # broadcast the table over b, copying it for every block (small model, 1,024
+            # tokens: 12 ms a forward).
+            rows = qv_heads[:, :, i0:i1].reshape(h, b * (i1 - i0), d)
+            rel = (rows @ p_t[..., s - i1 : s - 1 - i0 + i1]).view(h, b, i1 - i0, -1)
             # The strided view itself: SDPA reads a mask by its strides (a copy cost 20 %).
-            return relative_shift(rel, i1)
+            return relative_shift(rel.transpose(0, 1), i1)
 
         return bias
 

@@ -28,13 +28,15 @@ def relative_shift(rel: Tensor, keys: int) -> Tensor:
     at distance ``keys - bq + r - c``, column ``bq - 1 - r + c``: a strided view of ``rel``.
 
     Args:
-        rel: ``[.., bq, keys + bq - 1]``, distances decreasing along the last dim.
+        rel: ``[.., bq, keys + bq - 1]``, distances decreasing along the last dim (its leading
+            dims may be in any order; a copy is made only if its rows are not back to back).
         keys: Keys of the block.
 
     Returns:
         ``[.., bq, keys]`` with ``out[.., r, c] = rel[.., r, bq - 1 - r + c]``.
     """
-    rel = rel.contiguous()
+    if rel.stride(-1) != 1 or rel.stride(-2) != rel.shape[-1]:  # rows must be back to back
+        rel = rel.contiguous()
     bq = rel.shape[-2]
     if rel.shape[-1] != keys + bq - 1:
         raise ValueError(f"relative_shift needs {keys + bq - 1} distances, got {rel.shape[-1]}")
