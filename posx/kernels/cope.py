@@ -14,6 +14,8 @@ Four routes, with the same logits:
 
 - explicit (:class:`CoPEAttention`), with gradients or off the CPU: per block the logits,
   softmax and value product; the layer is one autograd node whose backward is written out.
+  Its forward takes the fused C kernel of :mod:`posx.kernels.cope_native` per block where
+  that is built (CPU, float32), keeping the same tensors for the backward.
 - native (CPU, no gradient, float32, where it could be built): the fused C kernel of
   :mod:`posx.kernels.cope_native`, each query's nearest keys in one pass, the keys further back
   through the flash kernel. The two routes below are its PyTorch fallback.
@@ -45,7 +47,7 @@ from posx.kernels.cope_layer import (
     query_blocks,
     suffix_positions,
 )
-from posx.kernels.cope_native import cope_native
+from posx.kernels.cope_native import NativeLayer, cope_native, native_layer
 from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 from posx.kernels.relative import relative_shift
 
@@ -100,14 +102,28 @@ def _scores_backward(
     return dcontent, d_int
 
 
-def _explicit(layer: CoPELayer, blocks: list[tuple[int, int]], keep: bool) -> tuple[Tensor, list]:
+def _explicit(
+    layer: CoPELayer,
+    blocks: list[tuple[int, int]],
+    keep: bool,
+    fused: NativeLayer | None = None,
+) -> tuple[Tensor, list]:
     """Every block's logits, softmax and value product; with ``keep``, what the backward
-    needs (per block: the probabilities, then :func:`_scores`' five tensors)."""
+    needs (per block: the probabilities, then :func:`_scores`' five tensors). With ``fused``
+    (the C kernel's layout of the same layer), each block is one call of the kernel."""
     futures, outputs, saved = FutureMasks(layer.q.device), [], []
+    negatives = layer.gaps is not None and bool((layer.gaps < 0).any())
     for i0, i1 in blocks:
-        logits, kept = _scores(layer, i0, i1, futures[i1 - i0])
-        probs = torch.softmax(logits, dim=-1)
-        outputs.append(probs @ layer.keys(0, i1)[1])
+        if fused is not None:
+            out, (probs, gates, below, frac, steps) = fused.block(i0, i1)
+            # where positions were clamped at 0 from below (negative gaps only)
+            negative = (below == 0) & (frac == 0) if negatives else None
+            kept = (gates, below, frac, steps, negative)
+        else:
+            logits, kept = _scores(layer, i0, i1, futures[i1 - i0])
+            probs = torch.softmax(logits, dim=-1)
+            out = probs @ layer.keys(0, i1)[1]
+        outputs.append(out)
         if keep:
             saved += [probs, *kept]
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2), saved
@@ -136,7 +152,8 @@ class CoPEAttention(torch.autograd.Function):
     ) -> Tensor:
         layer = CoPELayer(q, k, v, emb, gaps, npos_max)
         ctx.blocks = query_blocks(layer, block_size)
-        out, saved = _explicit(layer, ctx.blocks, keep=True)
+        fused = native_layer(q, k, v, emb, gaps, npos_max)  # None: the PyTorch route
+        out, saved = _explicit(layer, ctx.blocks, keep=True, fused=fused)
         ctx.save_for_backward(layer.q, layer.k, layer.v, emb, *saved)
         ctx.layer = layer
         return out

@@ -1,16 +1,23 @@
-"""CoPE's evaluation on the CPU through its fused C kernel (``native/cope_band.c``).
+"""CoPE on the CPU through its fused C kernel (``native/cope_band.c``).
 
 Eager PyTorch computes a block's gates, positions and interpolated logits in a dozen passes over
 ``[queries, keys]`` tensors, each a separate op with its own dispatch and memory traffic: at 16x
 the training length the tiny model spent 8.5 of its 14.5 ms per layer there, at 0.4x the speed
-of a plain decoder. The kernel takes each query's nearest keys in one pass, in the thread's
-cache, over torch's own threads; the keys further back, where every position is clamped at the
-top, still go through the flash kernel (one call per layer) and the two parts are merged by
-their log-sum-exps, as on the band route of :mod:`posx.kernels.cope`.
+of a plain decoder. The kernel takes each query's keys in one pass, in the thread's cache, over
+torch's own threads.
 
-Used for evaluation only (no gradient), float32, a head width that is a multiple of 8, and where
-the kernel could be built (:func:`posx.kernels.native.load`); elsewhere :func:`cope_native`
-returns ``None`` and the caller takes its PyTorch routes, which give the same numbers.
+- Evaluation (:func:`cope_native`): each query's nearest keys in the kernel; the keys further
+  back, where every position is clamped at the top, go through the flash kernel (one call per
+  layer) and the two parts are merged by their log-sum-exps, as on the band route of
+  :mod:`posx.kernels.cope`.
+- Training (:meth:`NativeLayer.block`): a block of the explicit route's forward, with what its
+  hand-written backward keeps (probabilities, gates, positions' integer parts, fractions and
+  steps), in the layout that backward reads.
+
+Taken for float32 CPU tensors with a head width that is a multiple of 8, where the kernel could
+be built (:func:`posx.kernels.native.load`); elsewhere :func:`native_layer` and
+:func:`cope_native` return ``None`` and the caller takes its PyTorch routes, which give the same
+numbers up to float32 rounding.
 """
 
 from __future__ import annotations
@@ -25,73 +32,116 @@ from posx.kernels import native
 from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 
 SPARE = 64  # zero key columns after the last key: cope_band.c reads whole vectors past it
+_PTR, _INT = ctypes.c_void_p, ctypes.c_int64
 
 
 @functools.cache
-def _kernel() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _library() -> ctypes.CDLL | None:
     lib = native.load("cope_band")
     if lib is None:
         return None
-    fn = lib.cope_band
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 8
-    return fn
+    lib.cope_band.restype = lib.cope_block.restype = ctypes.c_int
+    lib.cope_band.argtypes = [_PTR] * 8 + [_INT] * 8
+    lib.cope_block.argtypes = [_PTR] * 11 + [_INT] * 9
+    return lib
 
 
 def available() -> bool:
     """Whether the kernel is built and loaded in this process."""
-    return _kernel() is not None
+    return _library() is not None
 
 
-def near_part(
-    q: Tensor, k: Tensor, v: Tensor, emb: Tensor, gaps: Tensor | None, npos_max: int, width: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The kernel's part: every query over its ``width`` nearest keys, or all of its keys where
-    it has no more than ``width``, gaps are given, or its position falls short of the top there.
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
 
-    Arguments as :func:`cope_native`'s (float32, ``d_h`` a multiple of 8, the kernel loaded).
 
-    Returns:
-        ``(out [b, h, s, d_h], lse [b, h, s], full [b, h, s] bool)``: ``full`` where the query
-        took every key (nothing further back to merge).
+class NativeLayer:
+    """One layer's inputs in the kernel's layout: queries times ``1/sqrt(d_h)``, keys last to
+    first and transposed (with :data:`SPARE` zero columns), values last to first, the position
+    embeddings over the scale (``q_scaled (E / scale) = q E``), zero columns up to a multiple of
+    64 (the kernel computes 64 positions a step), and the gaps last to first.
+
+    Args as :func:`cope_native`'s; build it with :func:`native_layer`, which checks them.
     """
-    kernel = _kernel()
-    if kernel is None:
-        raise RuntimeError("the cope_band kernel is not loaded")
-    b, h, s, d = q.shape
-    scale = d**-0.5
-    queries = (q * scale).contiguous()
-    keys_t = q.new_zeros(b, h, d, s + SPARE)  # keys last to first, transposed
-    keys_t[..., :s] = k.flip(-2).transpose(-1, -2)
-    values = v.flip(-2).contiguous()
-    # q_scaled (E / scale) = q E: the position logits from the queries the kernel reads anyway;
-    # zero columns up to a multiple of 64 (the kernel computes 64 positions a step)
-    weights = q.new_zeros(d, -(-npos_max // 64) * 64)
-    weights[:, :npos_max] = emb / scale
-    rev_gaps = None if gaps is None else gaps.flip(-1).to(torch.float32).contiguous()
-    out, lse = torch.empty_like(queries), q.new_empty(b, h, s)
-    full = torch.empty(b, h, s, dtype=torch.uint8, device=q.device)  # not a default device
-    failed = kernel(
-        queries.data_ptr(),
-        keys_t.data_ptr(),
-        values.data_ptr(),
-        weights.data_ptr(),
-        None if rev_gaps is None else rev_gaps.data_ptr(),
-        out.data_ptr(),
-        lse.data_ptr(),
-        full.data_ptr(),
-        b * h,
-        h,
-        s,
-        d,
-        width,
-        npos_max - 1,
-        1 if rev_gaps is None or rev_gaps.dim() == 1 else rev_gaps.shape[0],
-        torch.get_num_threads(),
-    )
-    if failed:
-        raise MemoryError(f"cope_band: no memory for its per-thread buffers ({s} keys)")
-    return out, lse, full.bool()
+
+    def __init__(
+        self, q: Tensor, k: Tensor, v: Tensor, emb: Tensor, gaps: Tensor | None, npos_max: int
+    ) -> None:
+        b, h, s, d = q.shape
+        self.shape, self.npos_max = (b, h, s, d), npos_max
+        scale = d**-0.5
+        self.queries = (q * scale).contiguous()
+        self.keys_t = q.new_zeros(b, h, d, s + SPARE)
+        self.keys_t[..., :s] = k.flip(-2).transpose(-1, -2)
+        self.values = v.flip(-2).contiguous()
+        self.weights = q.new_zeros(d, -(-npos_max // 64) * 64)
+        self.weights[:, :npos_max] = emb / scale
+        self.gaps = None if gaps is None else gaps.flip(-1).to(torch.float32).contiguous()
+        self.gap_rows = 1 if self.gaps is None or self.gaps.dim() == 1 else self.gaps.shape[0]
+
+    def _inputs(self) -> list[int | None]:
+        return [_ptr(t) for t in (self.queries, self.keys_t, self.values, self.weights, self.gaps)]
+
+    def band(self, width: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Evaluation's part: every query over its ``width`` nearest keys, or all of its keys
+        where it has no more than ``width``, gaps are given, or its position falls short of the
+        top there.
+
+        Returns:
+            ``(out [b, h, s, d_h], lse [b, h, s], full [b, h, s] bool)``: ``full`` where the
+            query took every key (nothing further back to merge).
+        """
+        b, h, s, d = self.shape
+        out, lse = torch.empty_like(self.queries), self.queries.new_empty(b, h, s)
+        # on the inputs' device, not a default one (torch.device("meta") would hand the kernel
+        # a pointer to nothing)
+        full = torch.empty(b, h, s, dtype=torch.uint8, device=self.queries.device)
+        failed = _library().cope_band(  # type: ignore[union-attr]
+            *self._inputs(), _ptr(out), _ptr(lse), _ptr(full),
+            b * h, h, s, d, width, self.npos_max - 1, self.gap_rows, torch.get_num_threads(),
+        )  # fmt: skip
+        self._check(failed)
+        return out, lse, full.bool()
+
+    def block(self, i0: int, i1: int) -> tuple[Tensor, list[Tensor]]:
+        """Training: queries ``[i0, i1)`` with every key ``[0, i1)``, laid out as the explicit
+        route's blocks (keys last to first).
+
+        Returns:
+            ``out [b, h, i1 - i0, d_h]`` and ``[probs, gates, below, frac, steps]``, each
+            ``[b, h, i1 - i0, i1]`` (``below`` int64), as ``cope._scores`` keeps them.
+        """
+        b, h, s, d = self.shape
+        bq = i1 - i0
+        out = self.queries.new_empty(b, h, bq, d)
+        probs, gates, frac, steps = (self.queries.new_empty(b, h, bq, i1) for _ in range(4))
+        below = torch.empty(b, h, bq, i1, dtype=torch.int64, device=self.queries.device)
+        failed = _library().cope_block(  # type: ignore[union-attr]
+            *self._inputs(), *(_ptr(t) for t in (out, probs, gates, below, frac, steps)),
+            b * h, h, s, d, i0, i1, self.npos_max - 1, self.gap_rows, torch.get_num_threads(),
+        )  # fmt: skip
+        self._check(failed)
+        return out, [probs, gates, below, frac, steps]
+
+    def _check(self, failed: int) -> None:
+        if failed:
+            raise MemoryError(f"cope_band: no memory for its per-thread buffers ({self.shape})")
+
+
+def native_layer(
+    q: Tensor, k: Tensor, v: Tensor, emb: Tensor, gaps: Tensor | None, npos_max: int
+) -> NativeLayer | None:
+    """The layer in the kernel's layout, or ``None`` where the kernel does not apply: not
+    built, not every tensor float32 (gaps aside) on the CPU, or a head width that is not a
+    multiple of 8."""
+    if _library() is None or q.shape[-1] % 8 or not flash_available(q.device):
+        return None
+    tensors = [t for t in (q, k, v, emb, gaps) if t is not None]
+    if any(t.device.type != "cpu" for t in tensors) or any(
+        t.dtype != torch.float32 for t in (q, k, v, emb)
+    ):
+        return None  # the kernel reads CPU float32 memory; anything else would crash it
+    return NativeLayer(q, k, v, emb, gaps, npos_max)
 
 
 def cope_native(
@@ -113,16 +163,12 @@ def cope_native(
     Returns:
         ``[b, h, s, d_h]`` float32, or ``None``.
     """
-    s, d = q.shape[-2:]
-    if _kernel() is None or d % 8 or not flash_available(q.device):
+    layer = native_layer(q, k, v, emb, gaps, npos_max)
+    if layer is None:
         return None
-    tensors = [t for t in (q, k, v, emb, gaps) if t is not None]
-    if any(t.device.type != "cpu" for t in tensors) or any(
-        t.dtype != torch.float32 for t in (q, k, v, emb)
-    ):
-        return None  # the kernel reads CPU float32 memory; anything else would crash it
+    s, d = q.shape[-2:]
     width = s if gaps is not None else min(s, band + 1)
-    out, lse, full = near_part(q, k, v, emb, gaps, npos_max, width)
+    out, lse, full = layer.band(width)
     if width >= s:
         return out
     # Query i's keys [0, i - width] have positions at the top: query row r of [width, s) sees

@@ -75,12 +75,28 @@ typedef struct {
     int64_t heads, s, width, top, gap_rows, weights_stride;
 } cope_args;
 
+/* What the backward of a training block keeps per key (cope.py's _scores): the gate, the
+ * clamped position's integer part and fraction, and the step at the integer part; n of each. */
+typedef struct {
+    float *gates, *frac, *steps;
+    int64_t *below;
+} kept;
+
+static inline __attribute__((always_inline)) void
+keep_key(const kept *k, int64_t t, float gate, int32_t m, float f, const float *S) {
+    k->gates[t] = gate;
+    k->below[t] = m;
+    k->frac[t] = f;
+    k->steps[t] = S[m];
+}
+
 /* The logits z[0..n) of query row r against its n nearest keys, the nearest first; returns the
  * position reached at the n-th key (unclamped). c and z have room for n + SPARE floats; L and S
- * hold the query's logit at each integer position and the step to the next (0 at the top). */
+ * hold the query's logit at each integer position and the step to the next (0 at the top).
+ * With `k`, what the backward needs of each key is written there too. */
 static inline __attribute__((always_inline)) float
 logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float *L,
-       const float *S, int64_t D) {
+       const float *S, const kept *k, int64_t D) {
     const int64_t s = a->s, bh = r / s, i = r % s, own = s - 1 - i; /* its key, last to first */
     const float *q = a->q + r * D, *kt = a->kt + bh * D * (s + SPARE) + own;
     const float top = (float)a->top;
@@ -104,7 +120,9 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
             const v8 clamped = min8(p, (v8){0} + top);
             for (int l = 0; l < 8; l++) {
                 const int32_t m = (int32_t)clamped[l];
-                z[t + l] = c[t + l] + L[m] + (clamped[l] - (float)m) * S[m];
+                const float f = clamped[l] - (float)m;
+                if (k != NULL && t + l < n) keep_key(k, t + l, z[t + l], m, f, S);
+                z[t + l] = c[t + l] + L[m] + f * S[m];
             }
         }
         return reached;
@@ -112,22 +130,23 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
     /* Gaps: p_ij = g_ij + sum over the keys t after j of g_it * gap_t, clamped to [0, top]
      * (negative gaps can take it below 0). */
     const float *gap = a->gaps + (a->gap_rows > 1 ? bh / a->heads * s : 0) + own;
-    float after = 0.f;
+    double after = 0.0; /* gaps can be large and of both signs: a float sum drifts */
     for (int64_t t = 0; t < n; t++) {
-        reached = after + z[t];
-        after += z[t] * gap[t];
+        reached = (float)(after + z[t]);
+        after += (double)z[t] * gap[t];
         const float p = reached < 0.f ? 0.f : (reached < top ? reached : top);
         const int32_t m = (int32_t)p;
+        if (k != NULL) keep_key(k, t, z[t], m, p - (float)m, S);
         z[t] = c[t] + L[m] + (p - (float)m) * S[m];
     }
     return reached;
 }
 
+/* L = q E (64 positions a step, in registers) and S[m] = L[m + 1] - L[m], 0 at the top */
 static inline __attribute__((always_inline)) void
-query(const cope_args *a, int64_t r, float *c, float *z, float *L, float *S, int64_t D) {
-    const int64_t s = a->s, bh = r / s, i = r % s, npos = a->top + 1;
-    const float *q = a->q + r * D;
-    for (int64_t m0 = 0; m0 < npos; m0 += 64) { /* L = q E, 64 positions a step, in registers */
+tables(const cope_args *a, const float *q, float *L, float *S, int64_t D) {
+    const int64_t npos = a->top + 1;
+    for (int64_t m0 = 0; m0 < npos; m0 += 64) {
         v8 l[8] = {{0}};
         const int64_t width = npos - m0 < 64 ? npos - m0 : 64;
         for (int64_t e = 0; e < D; e++) {
@@ -138,14 +157,12 @@ query(const cope_args *a, int64_t r, float *c, float *z, float *L, float *S, int
     }
     for (int64_t m = 0; m + 1 < npos; m++) S[m] = L[m + 1] - L[m];
     S[npos - 1] = 0.f;
-    int64_t n = i + 1 < a->width ? i + 1 : a->width;
-    const float reached = logits(a, r, n, c, z, L, S, D);
-    a->full[r] = n == i + 1;
-    if (!a->full[r] && !(reached >= (float)a->top)) { /* keys further back not all clamped */
-        n = i + 1;
-        logits(a, r, n, c, z, L, S, D);
-        a->full[r] = 1;
-    }
+}
+
+/* softmax of z[0..n) in place, out = its weighted sum of the n values v[0..n) (rows of D, the
+ * nearest first); returns the log-sum-exp */
+static inline __attribute__((always_inline)) float
+softmax_values(float *z, int64_t n, const float *v, float *out, int64_t D) {
     v8 most = (v8){0} + z[0];
     int64_t t = 0;
     for (; t + 8 <= n; t += 8) most = max8(most, *(const v8u *)(z + t));
@@ -157,11 +174,12 @@ query(const cope_args *a, int64_t r, float *c, float *z, float *L, float *S, int
     for (t = 0; t + 8 <= n; t += 8) sums += *(const v8u *)(z + t);
     float sum = ((sums[0] + sums[4]) + (sums[1] + sums[5])) + ((sums[2] + sums[6]) + (sums[3] + sums[7]));
     for (; t < n; t++) sum += z[t];
+    const float inv = 1.0f / sum;
+    for (t = 0; t < n; t++) z[t] *= inv;
     /* SETS sets of sums (eight registers in all), so that consecutive keys' products do not
      * wait on each other */
     enum { MAX_SETS = 4 };
     const int SETS = D <= 16 ? 4 : (D <= 32 ? 2 : 1);
-    const float *v = a->v + (bh * s + s - 1 - i) * D;
     v8 o[MAX_SETS][D / 8];
     for (int j = 0; j < SETS; j++)
         for (int64_t e = 0; e < D / 8; e++) o[j][e] = (v8){0};
@@ -173,9 +191,53 @@ query(const cope_args *a, int64_t r, float *c, float *z, float *L, float *S, int
         for (int64_t e = 0; e < D / 8; e++) o[0][e] += z[t] * *(const v8u *)(v + t * D + 8 * e);
     for (int j = 1; j < SETS; j++)
         for (int64_t e = 0; e < D / 8; e++) o[0][e] += o[j][e];
-    for (int64_t e = 0; e < D / 8; e++)
-        *(v8u *)(a->out + r * D + 8 * e) = o[0][e] / sum;
-    a->lse[r] = mx + logf(sum);
+    for (int64_t e = 0; e < D / 8; e++) *(v8u *)(out + 8 * e) = o[0][e];
+    return mx + logf(sum);
+}
+
+/* Evaluation: query row r over its `width` nearest keys, or all of them (module comment) */
+static inline __attribute__((always_inline)) void
+query(const cope_args *a, int64_t r, float *c, float *z, float *L, float *S, int64_t D) {
+    const int64_t s = a->s, bh = r / s, i = r % s;
+    tables(a, a->q + r * D, L, S, D);
+    int64_t n = i + 1 < a->width ? i + 1 : a->width;
+    const float reached = logits(a, r, n, c, z, L, S, NULL, D);
+    a->full[r] = n == i + 1;
+    if (!a->full[r] && !(reached >= (float)a->top)) { /* keys further back not all clamped */
+        n = i + 1;
+        logits(a, r, n, c, z, L, S, NULL, D);
+        a->full[r] = 1;
+    }
+    const float *v = a->v + (bh * s + s - 1 - i) * D;
+    a->lse[r] = softmax_values(z, n, v, a->out + r * D, D);
+}
+
+/* A training block: queries [i0, i1) against keys [0, i1), laid out as cope.py's explicit route
+ * lays them out ([bh, bq, i1], keys last to first: query r's own key at column bq - 1 - r, the
+ * future keys before it), with the probabilities and what kept holds for its backward. */
+typedef struct {
+    int64_t i0, i1;
+    float *out, *probs; /* [bh, bq, d], [bh, bq, i1] */
+    kept k;             /* each [bh, bq, i1] */
+} block_args;
+
+static inline __attribute__((always_inline)) void
+block_query(const cope_args *a, const block_args *b, int64_t row, float *c, float *z, float *L,
+            float *S, int64_t D) {
+    const int64_t bq = b->i1 - b->i0, keys = b->i1, bh = row / bq, r = row % bq;
+    const int64_t i = b->i0 + r, own = bq - 1 - r, n = i + 1, at = row * keys;
+    tables(a, a->q + (bh * a->s + i) * D, L, S, D);
+    for (int64_t col = 0; col < own; col++) { /* future keys: gate 0, position 0, probability 0 */
+        b->probs[at + col] = b->k.gates[at + col] = b->k.frac[at + col] = 0.f;
+        b->k.below[at + col] = 0;
+        b->k.steps[at + col] = S[0];
+    }
+    const kept k = {b->k.gates + at + own, b->k.frac + at + own, b->k.steps + at + own,
+                    b->k.below + at + own};
+    logits(a, bh * a->s + i, n, c, z, L, S, &k, D);
+    const float *v = a->v + (bh * a->s + a->s - 1 - i) * D;
+    softmax_values(z, n, v, b->out + row * D, D);
+    for (int64_t t = 0; t < n; t++) b->probs[at + own + t] = z[t];
 }
 
 /* per thread: c and z (s + SPARE floats each), L (npos rounded up to 64), S (npos) */
@@ -183,30 +245,35 @@ typedef struct {
     float *c, *z, *L, *S;
 } buffers;
 
-/* one copy of the loop per common head width, where the compiler knows D */
+/* one copy of each loop per common head width, where the compiler knows D */
 #define ROWS(D)                                                                                \
-    static void rows_##D(const cope_args *a, int64_t r0, int64_t r1, const buffers *b) {      \
-        for (int64_t r = r0; r < r1; r++) query(a, r, b->c, b->z, b->L, b->S, D);            \
+    static void rows_##D(const cope_args *a, const block_args *blk, int64_t r0, int64_t r1,   \
+                         const buffers *b) {                                                   \
+        for (int64_t r = r0; r < r1; r++)                                                      \
+            if (blk == NULL)                                                                   \
+                query(a, r, b->c, b->z, b->L, b->S, D);                                        \
+            else                                                                               \
+                block_query(a, blk, r, b->c, b->z, b->L, b->S, D);                             \
     }
 ROWS(16)
 ROWS(32)
 ROWS(64)
 ROWS(128)
 
-static void rows_any(const cope_args *a, int64_t r0, int64_t r1, const buffers *b, int64_t d) {
-    for (int64_t r = r0; r < r1; r++) query(a, r, b->c, b->z, b->L, b->S, d);
+static void rows_any(const cope_args *a, const block_args *blk, int64_t r0, int64_t r1,
+                     const buffers *b, int64_t d) {
+    for (int64_t r = r0; r < r1; r++)
+        if (blk == NULL)
+            query(a, r, b->c, b->z, b->L, b->S, d);
+        else
+            block_query(a, blk, r, b->c, b->z, b->L, b->S, d);
 }
 
-/* Every query row of bh * s, over `threads` threads (OpenMP: the process's runtime, torch's).
- * d must be a multiple of 8. Returns 0, or 1 if a thread could not allocate its buffers. */
-int cope_band(const float *q, const float *kt, const float *v, const float *weights,
-              const float *gaps, float *out, float *lse, uint8_t *full, int64_t bh,
-              int64_t heads, int64_t s, int64_t d, int64_t width, int64_t top, int64_t gap_rows,
-              int64_t threads) {
-    const int64_t npos = top + 1, stride = (npos + 63) / 64 * 64;
-    const cope_args a = {q, kt, v, weights, gaps, out, lse, full, heads, s, width, top, gap_rows,
-                         stride};
-    const int64_t rows = bh * s, chunk = 64;
+/* rows [0, rows) of query() (blk NULL) or block_query(), over `threads` threads (OpenMP: the
+ * process's runtime, torch's); 0, or 1 if a thread could not allocate its buffers */
+static int run_rows(const cope_args *a, const block_args *blk, int64_t rows, int64_t d,
+                    int64_t threads) {
+    const int64_t npos = a->top + 1, stride = a->weights_stride, s = a->s, chunk = 64;
     const size_t floats = 2 * ((size_t)s + SPARE) + (size_t)stride + (size_t)npos;
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
@@ -219,14 +286,39 @@ int cope_band(const float *q, const float *kt, const float *v, const float *weig
             const int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
             if (mem == NULL) continue;
             switch (d) {
-            case 16: rows_16(&a, r0, r1, &b); break;
-            case 32: rows_32(&a, r0, r1, &b); break;
-            case 64: rows_64(&a, r0, r1, &b); break;
-            case 128: rows_128(&a, r0, r1, &b); break;
-            default: rows_any(&a, r0, r1, &b, d);
+            case 16: rows_16(a, blk, r0, r1, &b); break;
+            case 32: rows_32(a, blk, r0, r1, &b); break;
+            case 64: rows_64(a, blk, r0, r1, &b); break;
+            case 128: rows_128(a, blk, r0, r1, &b); break;
+            default: rows_any(a, blk, r0, r1, &b, d);
             }
         }
         free(mem);
     }
     return failed;
+}
+
+/* Evaluation: every query row of bh * s (see the top of this file). d must be a multiple of
+ * 8. Returns 0, or 1 if a thread could not allocate its buffers. */
+int cope_band(const float *q, const float *kt, const float *v, const float *weights,
+              const float *gaps, float *out, float *lse, uint8_t *full, int64_t bh,
+              int64_t heads, int64_t s, int64_t d, int64_t width, int64_t top, int64_t gap_rows,
+              int64_t threads) {
+    const int64_t stride = (top + 1 + 63) / 64 * 64;
+    const cope_args a = {q, kt, v, weights, gaps, out, lse, full, heads, s, width, top, gap_rows,
+                         stride};
+    return run_rows(&a, NULL, bh * s, d, threads);
+}
+
+/* Training: the block of queries [i0, i1) with all of their keys, and what its backward keeps
+ * (block_args). Inputs as cope_band's; returns as it does. */
+int cope_block(const float *q, const float *kt, const float *v, const float *weights,
+               const float *gaps, float *out, float *probs, float *gates, int64_t *below,
+               float *frac, float *steps, int64_t bh, int64_t heads, int64_t s, int64_t d,
+               int64_t i0, int64_t i1, int64_t top, int64_t gap_rows, int64_t threads) {
+    const int64_t stride = (top + 1 + 63) / 64 * 64;
+    const cope_args a = {q, kt, v, weights, gaps, NULL, NULL, NULL, heads, s, s, top, gap_rows,
+                         stride};
+    const block_args blk = {i0, i1, out, probs, {gates, frac, steps, below}};
+    return run_rows(&a, &blk, bh * (i1 - i0), d, threads);
 }

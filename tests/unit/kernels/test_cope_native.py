@@ -7,6 +7,7 @@ damaged cached library, no compiler, a compile error, the switch."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import zlib
 
@@ -20,6 +21,7 @@ from tests.unit.encodings.test_cope_fast import (
     _inputs,
     _positions,
     assert_as_accurate,
+    assert_as_accurate_as,
     assert_near,
     reference_attend,
 )
@@ -67,6 +69,39 @@ def test_equals_the_former_implementation(native_calls, shape, kind):
     assert native_calls == [True]
 
 
+def _output_and_grads(enc, q, k, v, weights, attend):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = attend(enc, *leaves)
+    wrt = [*leaves, enc.layers[0].pos_emb]
+    return [out.detach(), *torch.autograd.grad((out * weights.to(out.dtype)).sum(), wrt)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_blocks_as_accurate_as_pytorch(shape, kind, monkeypatch):
+    """With gradients, the explicit route's blocks (16 queries each) come from the kernel, and
+    the output and every gradient (q, k, v, the embeddings, through the written-out backward)
+    are as close to the former implementation in float64 as that one in float32 is
+    (:func:`assert_as_accurate_as`)."""
+    calls: list[bool] = []
+    real = kernel.native_layer
+    monkeypatch.setattr(kernel, "native_layer", lambda *a: calls.append(True) or real(*a))
+    gen = torch.Generator().manual_seed(zlib.crc32(repr(("train", shape, kind)).encode()))
+    b, h, s, d, npos_max = shape
+    enc, q, k, v = _inputs(b, h, s, d, npos_max, 16, gen)
+    pos = _positions(kind, b, s, gen)
+    weights = torch.randn(b, h, s, d, generator=gen)
+    got = _output_and_grads(enc, q, k, v, weights, lambda e, *t: e.attend(*t, pos, pos))
+    former = lambda e, *t: reference_attend(e, *t, pos)  # noqa: E731
+    ref32 = _output_and_grads(enc, q, k, v, weights, former)
+    enc64 = copy.deepcopy(enc).double()
+    ref64 = _output_and_grads(enc64, q.double(), k.double(), v.double(), weights, former)
+    assert calls
+    for name, a, r32, r64 in zip(["out", "q", "k", "v", "emb"], got, ref32, ref64, strict=True):
+        assert_as_accurate_as(a, r32, r64, name)
+
+
 @needs_kernel
 @pytest.mark.parametrize(("std", "short"), [(0.3, False), (1.5, True)])
 @pytest.mark.parametrize("d", [16, 24])
@@ -83,7 +118,7 @@ def test_band_with_its_far_part(native_calls, std, short, d):
         got = enc.attend(q, k, v, pos, pos)
         assert_as_accurate(got, enc, q, k, v, pos)
         emb = enc.layers[0].pos_emb
-        full = cope_native.near_part(q, k, v, emb, None, npos_max, band + 1)[2]
+        full = cope_native.native_layer(q, k, v, emb, None, npos_max).band(band + 1)[2]
     assert native_calls == [True]
     assert full[..., : band + 1].all()  # no keys further back
     assert bool(full[..., band + 1 :].any()) == short
