@@ -37,7 +37,7 @@ _PTR, _INT = ctypes.c_void_p, ctypes.c_int64
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    lib = native.load("cope_band")
+    lib = native.load("cope_band", ("cope_band", "cope_block"))
     if lib is None:
         return None
     lib.cope_band.restype = lib.cope_block.restype = ctypes.c_int

@@ -15,12 +15,13 @@ the same numbers. Nothing here is needed for correctness, only for speed.
 - OpenMP: the library links ``libgomp.so.1``, which is torch's own runtime once torch is loaded
   (same soname), so the kernel's threads are torch's intra-op threads and do not compete with
   them.
-- A cached file that does not load (truncated, another architecture) is reported in one line
-  naming it, removed and rebuilt.
+- A cached file that does not load (truncated, another architecture) or lacks the symbols its
+  caller needs is reported in one line naming it, removed and rebuilt.
 """
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import hashlib
 import logging
@@ -60,18 +61,19 @@ def cache_dir() -> Path:
     return Path(base) / "posx" / "native"
 
 
-def load(name: str) -> ctypes.CDLL | None:
+def load(name: str, symbols: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     """The library built from ``<name>.c`` in this package, or ``None`` where it cannot be had.
 
     Built at most once per process and source (then cached on disk for later processes);
-    a failure is logged once, at INFO, and remembered for the process.
+    a failure is logged once, at INFO, and remembered for the process. A cached file that
+    does not load, or lacks one of ``symbols``, is damaged: reported, removed and rebuilt.
     """
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return None
     with _lock:
         if name not in _loaded:
             try:
-                _loaded[name] = _build_and_load(name)
+                _loaded[name] = _build_and_load(name, symbols)
             except (OSError, subprocess.SubprocessError, RuntimeError) as err:
                 log.info("posx: native kernel %s not available (%s); using PyTorch", name, err)
                 _loaded[name] = None
@@ -88,7 +90,20 @@ def _cpu_identity() -> str:
     return "\n".join(sorted({ln for ln in text.splitlines() if ln.startswith(keep)}))
 
 
-def _build_and_load(name: str) -> ctypes.CDLL:
+def _open(path: Path, symbols: tuple[str, ...]) -> ctypes.CDLL:
+    """The library at ``path``; OSError if it does not load or lacks one of ``symbols``."""
+    lib = ctypes.CDLL(str(path))
+    missing = [sym for sym in symbols if not hasattr(lib, sym)]
+    if missing:
+        # unloaded, or opening the rebuilt file at this path would return this one again
+        dlclose = getattr(_ctypes, "dlclose", None)
+        if dlclose is not None:
+            dlclose(lib._handle)
+        raise OSError(f"it has no {missing[0]}")
+    return lib
+
+
+def _build_and_load(name: str, symbols: tuple[str, ...]) -> ctypes.CDLL:
     source = Path(__file__).with_name(f"{name}.c")
     code = source.read_bytes()
     compiler = shutil.which(os.environ.get("CC") or "cc")
@@ -107,10 +122,11 @@ def _build_and_load(name: str) -> ctypes.CDLL:
         target = directory / f"{name}-{key}.so"
         if target.exists():
             try:
-                return ctypes.CDLL(str(target))
+                return _open(target, symbols)
             except OSError as err:  # damaged: say so, remove, build again below
+                problem = " ".join(str(err).split())  # one line
                 warnings.warn(
-                    f"{target}: not a loadable library ({err}); rebuilding it",
+                    f"{target}: not a loadable library ({problem}); rebuilding it",
                     PosxWarning,
                     stacklevel=3,
                 )
@@ -119,7 +135,7 @@ def _build_and_load(name: str) -> ctypes.CDLL:
         if isinstance(built, str):
             errors.append(built)
             continue
-        return ctypes.CDLL(str(built))
+        return _open(built, symbols)
     raise RuntimeError(f"{compiler} could not build {source.name}: {errors[-1]}")
 
 

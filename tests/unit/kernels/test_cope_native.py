@@ -210,22 +210,33 @@ def test_built_once_then_loaded_from_the_cache(fresh_cache, monkeypatch):
 
 
 @needs_kernel
-def test_damaged_library_is_named_and_rebuilt(fresh_cache):
-    """A later process finds the cached library truncated: one line naming the file and the
-    problem, then it is rebuilt and loads. (A subprocess: this one has it loaded already.)"""
+@pytest.mark.parametrize("damage", ["truncated", "another library"])
+def test_damaged_library_is_named_and_rebuilt(fresh_cache, damage):
+    """A later process finds the cached library truncated, or replaced by a library without the
+    kernel's entry points: one line naming the file and the problem, then it is rebuilt and
+    loads. (A subprocess: this one has the library loaded already.)"""
     import os
     import subprocess
     import sys
 
     native.load("cope_band")
     (built,) = fresh_cache.glob("cope_band-*.so")
-    built.write_bytes(b"\x7fELF truncated")
-    code = "from posx.kernels import native; print(native.load('cope_band') is not None)"
+    if damage == "truncated":
+        built.write_bytes(b"\x7fELF truncated")
+    else:
+        other = fresh_cache.parent / "other.c"
+        other.write_text("int something_else(void) { return 1; }\n")
+        subprocess.run(["cc", "-shared", "-fPIC", str(other), "-o", str(built)], check=True)
+    code = (
+        "from posx.kernels import cope_native, native; "
+        "print(native.load('cope_band', ('cope_band', 'cope_block')) is not None, "
+        "cope_native.available())"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
         env={**os.environ, native.ENV_CACHE: str(fresh_cache)}, check=False,
     )  # fmt: skip
-    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stderr
     (warning,) = [ln for ln in done.stderr.splitlines() if "PosxWarning" in ln]
     assert f"{built}: not a loadable library" in warning
     assert built.stat().st_size > 1000  # rebuilt in place
