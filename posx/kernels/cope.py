@@ -152,7 +152,7 @@ class CoPEAttention(torch.autograd.Function):
     ) -> Tensor:
         layer = CoPELayer(q, k, v, emb, gaps, npos_max)
         ctx.blocks = query_blocks(layer, block_size)
-        fused = native_layer(q, k, v, emb, gaps, npos_max)  # None: the PyTorch route
+        fused = native_layer(layer)  # None: the PyTorch route
         out, saved = _explicit(layer, ctx.blocks, keep=True, fused=fused)
         ctx.save_for_backward(layer.q, layer.k, layer.v, emb, *saved)
         ctx.layer = layer
@@ -291,9 +291,10 @@ def cope_attention(
             # the first band tried: at the gates' initial mean of 1/2, positions reach the top
             # after 2 npos_max keys; a quarter more for their spread (then it adapts)
             band = 5 * npos_max // 2 if gaps is None else 0
-            out = cope_native(*args, band)
+            layer = CoPELayer(*args)
+            out = cope_native(layer, args[1], args[2], band)
             if out is None:  # no fused C kernel here (or not for these inputs)
-                out = _fused_blocks(CoPELayer(*args), block_size, band)
+                out = _fused_blocks(layer, block_size, band)
         else:
             layer = CoPELayer(*args)
             out = _explicit(layer, query_blocks(layer, block_size), keep=False)[0]

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from posx.kernels import native
+from posx.kernels.cope_layer import CoPELayer
 from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 
 SPARE = 64  # zero key columns after the last key: cope_band.c reads whole vectors past it
@@ -56,28 +57,27 @@ def _ptr(t: Tensor | None) -> int | None:
 
 
 class NativeLayer:
-    """One layer's inputs in the kernel's layout: queries times ``1/sqrt(d_h)``, keys last to
-    first and transposed (with :data:`SPARE` zero columns), values last to first, the position
-    embeddings over the scale (``q_scaled (E / scale) = q E``), zero columns up to a multiple of
-    64 (the kernel computes 64 positions a step), and the gaps last to first.
+    """One layer's inputs in the kernel's layout, from the PyTorch routes' :class:`CoPELayer`
+    (whose keys, values and gaps are already last to first): queries times ``1/sqrt(d_h)``,
+    keys transposed with :data:`SPARE` zero columns, and the position embeddings over the scale
+    (``q_scaled (E / scale) = q E``) with zero columns up to a multiple of 64 (the kernel
+    computes 64 positions a step).
 
-    Args as :func:`cope_native`'s; build it with :func:`native_layer`, which checks them.
+    Build it with :func:`native_layer`, which checks that the kernel applies.
     """
 
-    def __init__(
-        self, q: Tensor, k: Tensor, v: Tensor, emb: Tensor, gaps: Tensor | None, npos_max: int
-    ) -> None:
-        b, h, s, d = q.shape
-        self.shape, self.npos_max = (b, h, s, d), npos_max
-        scale = d**-0.5
-        self.queries = (q * scale).contiguous()
-        self.keys_t = q.new_zeros(b, h, d, s + SPARE)
-        self.keys_t[..., :s] = k.flip(-2).transpose(-1, -2)
-        self.values = v.flip(-2).contiguous()
-        self.weights = q.new_zeros(d, -(-npos_max // 64) * 64)
-        self.weights[:, :npos_max] = emb / scale
-        self.gaps = None if gaps is None else gaps.flip(-1).to(torch.float32).contiguous()
-        self.gap_rows = 1 if self.gaps is None or self.gaps.dim() == 1 else self.gaps.shape[0]
+    def __init__(self, layer: CoPELayer) -> None:
+        b, h, s, d = layer.q.shape
+        self.shape, self.npos_max = (b, h, s, d), layer.top + 1
+        self.queries = (layer.q * layer.scale).contiguous()
+        self.keys_t = layer.q.new_zeros(b, h, d, s + SPARE)
+        self.keys_t[..., :s] = layer.k.transpose(-1, -2)
+        self.values = layer.v.contiguous()
+        self.weights = layer.q.new_zeros(d, -(-self.npos_max // 64) * 64)
+        self.weights[:, : self.npos_max] = layer.emb / layer.scale
+        gaps = layer.gaps
+        self.gaps = None if gaps is None else gaps.to(torch.float32).contiguous()
+        self.gap_rows = 1 if gaps is None or gaps.dim() == 1 else gaps.shape[0]
 
     def _inputs(self) -> list[int | None]:
         return [_ptr(t) for t in (self.queries, self.keys_t, self.values, self.weights, self.gaps)]
@@ -128,34 +128,27 @@ class NativeLayer:
             raise MemoryError(f"cope_band: no memory for its per-thread buffers ({self.shape})")
 
 
-def native_layer(
-    q: Tensor, k: Tensor, v: Tensor, emb: Tensor, gaps: Tensor | None, npos_max: int
-) -> NativeLayer | None:
+def native_layer(layer: CoPELayer) -> NativeLayer | None:
     """The layer in the kernel's layout, or ``None`` where the kernel does not apply: not
     built, not every tensor float32 (gaps aside) on the CPU, or a head width that is not a
     multiple of 8."""
-    if _library() is None or q.shape[-1] % 8 or not flash_available(q.device):
+    if _library() is None or layer.q.shape[-1] % 8:
         return None
-    tensors = [t for t in (q, k, v, emb, gaps) if t is not None]
+    tensors = [t for t in (layer.q, layer.k, layer.v, layer.emb, layer.gaps) if t is not None]
     if any(t.device.type != "cpu" for t in tensors) or any(
-        t.dtype != torch.float32 for t in (q, k, v, emb)
+        t.dtype != torch.float32 for t in (layer.q, layer.k, layer.v, layer.emb)
     ):
         return None  # the kernel reads CPU float32 memory; anything else would crash it
-    return NativeLayer(q, k, v, emb, gaps, npos_max)
+    return NativeLayer(layer)
 
 
-def cope_native(
-    q: Tensor, k: Tensor, v: Tensor, emb: Tensor, gaps: Tensor | None, npos_max: int, band: int
-) -> Tensor | None:
+def cope_native(layer: CoPELayer, k: Tensor, v: Tensor, band: int) -> Tensor | None:
     """Causal CoPE attention without gradients, or ``None`` where the kernel does not apply.
 
     Args:
-        q: Queries ``[b, h, s, d_h]``.
-        k: Keys ``[b, h, s, d_h]``.
-        v: Values ``[b, h, s, d_h]``.
-        emb: Position embeddings ``[d_h, npos_max]``.
-        gaps: Position step into each key ``[s]`` or ``[b, s]``, or ``None`` for unit steps.
-        npos_max: Integer positions with an embedding; positions are clamped to the last.
+        layer: The layer as the PyTorch routes lay it out (queries, embeddings, gaps).
+        k: Keys ``[b, h, s, d_h]`` in their own order (the far part's causal call).
+        v: Values ``[b, h, s, d_h]``, likewise.
         band: With unit gaps, each query's positions are computed over its ``band + 1``
             nearest keys when they reach ``npos_max - 1`` there (else over all of its keys);
             the keys further back go through the flash kernel. Ignored with gaps.
@@ -163,21 +156,21 @@ def cope_native(
     Returns:
         ``[b, h, s, d_h]`` float32, or ``None``.
     """
-    layer = native_layer(q, k, v, emb, gaps, npos_max)
-    if layer is None:
+    fused = native_layer(layer) if flash_available(layer.q.device) else None
+    if fused is None:
         return None
-    s, d = q.shape[-2:]
-    width = s if gaps is not None else min(s, band + 1)
-    out, lse, full = layer.band(width)
+    q, s = layer.q, layer.s
+    width = s if layer.gaps is not None else min(s, band + 1)
+    out, lse, full = fused.band(width)
     if width >= s:
         return out
     # Query i's keys [0, i - width] have positions at the top: query row r of [width, s) sees
     # key columns <= r under the flash kernel's causal mask, one call for the layer.
     queries = q[..., width:, :]
     far, far_lse = flash_lse(
-        queries, k[..., : s - width, :], v[..., : s - width, :], d**-0.5, causal=True
+        queries, k[..., : s - width, :], v[..., : s - width, :], layer.scale, causal=True
     )
-    far_lse += queries @ emb[:, npos_max - 1]  # their position term, L_i[top]
+    far_lse += queries @ layer.emb[:, layer.top]  # their position term, L_i[top]
     far_lse.masked_fill_(full[..., width:], float("-inf"))  # rows that took every key
     out[..., width:, :] = merge_by_lse(out[..., width:, :], lse[..., width:], far, far_lse)
     return out

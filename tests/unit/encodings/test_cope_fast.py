@@ -7,6 +7,7 @@ to run."""
 
 from __future__ import annotations
 
+import copy
 import zlib
 
 import pytest
@@ -106,8 +107,7 @@ def assert_as_accurate_as(got: Tensor, ref32: Tensor, ref64: Tensor, name: str =
 def assert_as_accurate(got: Tensor, enc: CoPE, q: Tensor, k: Tensor, v: Tensor, pos) -> None:
     """:func:`assert_as_accurate_as` the former implementation in float32 and float64."""
     ref32 = reference_attend(enc, q, k, v, pos)
-    ref64 = reference_attend(enc.double(), q.double(), k.double(), v.double(), pos)
-    enc.float()
+    ref64 = reference_attend(copy.deepcopy(enc).double(), q.double(), k.double(), v.double(), pos)
     assert_as_accurate_as(got, ref32, ref64)
 
 

@@ -118,7 +118,8 @@ def test_band_with_its_far_part(native_calls, std, short, d):
         got = enc.attend(q, k, v, pos, pos)
         assert_as_accurate(got, enc, q, k, v, pos)
         emb = enc.layers[0].pos_emb
-        full = cope_native.native_layer(q, k, v, emb, None, npos_max).band(band + 1)[2]
+        layer = kernel.CoPELayer(q, k, v, emb, None, npos_max)
+        full = cope_native.native_layer(layer).band(band + 1)[2]
     assert native_calls == [True]
     assert full[..., : band + 1].all()  # no keys further back
     assert bool(full[..., band + 1 :].any()) == short
@@ -132,7 +133,7 @@ def test_long_rows_and_all_keys():
     q, k, v = (torch.randn(1, 2, 700, 16, generator=gen) * 0.4 for _ in range(3))
     emb = torch.randn(16, 64, generator=gen)
     with torch.no_grad():
-        got = cope_native.cope_native(q, k, v, emb, None, 64, 1000)
+        got = cope_native.cope_native(kernel.CoPELayer(q, k, v, emb, None, 64), k, v, 1000)
         ref = kernel._fused_blocks(kernel.CoPELayer(q, k, v, emb, None, 64), 256, 0)
     assert_near(got, ref, 1e-5)
 
