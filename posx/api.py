@@ -148,10 +148,11 @@ def evaluate(
     given = _live(_COMPOSED_DIRS) if config_dirs is None else list(config_dirs)
     trusted = trusted_prefixes(trust, user_config_dirs(given))
     with trust_wording(api_trust):  # refusals say trust=[...], not the CLI's --trust
-        # the checks `posx eval RUN` makes before any work (a run, with a checkpoint, trusted)
+        # the checks `posx eval RUN` makes before any work (a run, with a checkpoint, trusted);
+        # the run is opened here once, and every later step asks the opened run
         chosen = select_runs([run_dir], run_dir.parent, list(overrides), trusted)
         done = evaluate_runs(chosen.runs, lengths_, list(overrides), device, trust=trusted)
-    return pd.DataFrame(done[run_dir])
+    return pd.DataFrame(done[chosen.runs[0]])
 
 
 def _live(dirs: Sequence[Path]) -> list[Path]:

@@ -12,12 +12,11 @@ from posx.claims.check import check_claims
 from posx.claims.files import load_claims
 from posx.claims.language import ID, ClaimsFile
 from posx.claims.verdict import LEVEL, MIN_SEEDS, Verdict
-from posx.config.fingerprint import saved_config
 from posx.config.paths import options, user_config_dirs
-from posx.errors import ConfigError, PosxError
+from posx.errors import ConfigError
 from posx.report.configs import drop_duplicate_runs
 from posx.report.data import load_evals
-from posx.storage.results import run_info
+from posx.saved import SavedRun
 
 GROUP = "claims"  # configs/claims/NAME.yaml holds the claims of configs/experiment/NAME.yaml
 
@@ -30,16 +29,7 @@ def claims_files(dirs: Sequence[Path] | None = None) -> dict[str, Path]:
 def run_experiment(run: Path) -> str:
     """The preset a run records: ``run.json``'s ``experiment``, else its saved config's
     ``experiment_name``; ``""`` when neither names one (or the name is not a plain name)."""
-    try:
-        name = str(run_info(run).get("experiment") or "")
-    except PosxError:
-        name = ""
-    if not name:
-        try:
-            cfg = saved_config(run)
-        except Exception:  # noqa: BLE001 - a damaged config only means "no preset recorded"
-            cfg = None
-        name = str(cfg.get("experiment_name") or "") if cfg is not None else ""
+    name = SavedRun(run).experiment
     return name if ID.fullmatch(name) else ""
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from posx.cli._app import PASS_THROUGH, app, config_dirs, debug_requested
-from posx.cli.runs import TRUST_HELP
+from posx.cli.options import TRUST_HELP
 from posx.errors import ConfigError
 
 

@@ -1,5 +1,6 @@
 """``posx eval hf:NAME_OR_DIR`` and ``posx eval -m hf=A,B``: the pretrained-model branch of
-``posx eval`` (posx/cli/runs.py dispatches here; the work is posx/pretrained)."""
+``posx eval`` (posx/cli/runs.py dispatches here, and this module never imports it back; the
+work is posx/pretrained)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import typer
 
 from posx.cli._app import config_dirs, console, err_console
-from posx.cli.runs import _buckets, _warn, parse_lengths
+from posx.cli.options import buckets as parse_buckets
+from posx.cli.options import parse_lengths, warn
 from posx.errors import ConfigError
 
 
@@ -72,7 +74,7 @@ def eval_pretrained(
             stride=stride,
             tokens=values["eval.tokens"],
             batch_tokens=values["eval.batch_tokens"],
-            buckets=_buckets(buckets),
+            buckets=parse_buckets(buckets),
             variants=variants,
         )
         request = Request(
@@ -85,7 +87,7 @@ def eval_pretrained(
                 err_console.print(progress_line(word, task, row), markup=False, highlight=False,
                                   soft_wrap=True)  # fmt: skip
 
-        run, rows = evaluate_pretrained(request, line, _warn)
+        run, rows = evaluate_pretrained(request, line, warn)
         console.print(str(run), style="bold", markup=False, highlight=False, soft_wrap=True)
         for task, what in dict.fromkeys((r["task"], r["overrides"]) for r in rows):
             group = [r for r in rows if (r["task"], r["overrides"]) == (task, what)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -15,13 +16,11 @@ from posx.cli._app import (
     debug_requested,
     err_console,
 )
+from posx.cli.options import TRUST_HELP, parse_lengths, warn
 from posx.errors import ConfigError, PosxError
 
-TRUST_HELP = (
-    "Also build _target_ classes under this module prefix (e.g. mypkg) when loading runs; "
-    "repeatable; adds to POSX_TRUST (comma-separated). posx's own classes, and the _target_s "
-    "in your config dirs (--config-dir, POSX_CONFIG_PATH), are always trusted."
-)
+if TYPE_CHECKING:  # the commands import what they run only when they run
+    from posx.saved import SavedRun
 
 
 @app.command(context_settings=PASS_THROUGH)
@@ -75,25 +74,6 @@ def runs_(
         console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
         return
     sys.stdout.write("\n".join(format_runs(found)) + "\n")
-
-
-def parse_lengths(text: str) -> list[int]:
-    """The ``--lengths`` option (``512,1024,2048``) as a list of positive integers.
-
-    Raises:
-        ConfigError: A part that is not an integer, or a length that is not positive.
-    """
-    from posx.config.validate import positive_lengths
-
-    values: list[int] = []
-    for part in text.split(","):
-        try:
-            values.append(int(part.strip()))
-        except ValueError as err:
-            raise ConfigError(
-                f"--lengths must be comma-separated positive integers, got {part!r}"
-            ) from err
-    return positive_lengths(values, "--lengths")
 
 
 @app.command("eval", context_settings=PASS_THROUGH)
@@ -198,12 +178,12 @@ def eval_(
     trusted = trusted_prefixes(trust, config_dirs(ctx))
     chosen = select_runs(named, root, overrides, trusted)
     for run, why in chosen.skipped:
-        err_console.print(f"[yellow]skipping {run}: {why}[/]")
+        err_console.print(f"[yellow]skipping {run.path}: {why}[/]")
     for _, why in chosen.damaged:
         err_console.print(f"posx: skipping: {why}", markup=False, style="red", soft_wrap=True)
 
     done = evaluate_runs(
-        chosen.runs, asked, overrides, device, progress, on_run=_show_eval, on_warning=_warn,
+        chosen.runs, asked, overrides, device, progress, on_run=_show_eval, on_warning=warn,
         trust=trusted, max_memory=limit,
     )  # fmt: skip
     console.print(
@@ -256,7 +236,7 @@ def _eval_inputs(
     return named, asked, overrides
 
 
-def _show_eval(run: Path, rows: list[dict]) -> None:
+def _show_eval(run: SavedRun, rows: list[dict]) -> None:
     """One run's new eval rows as an aligned table, as training's end-of-run summary shows them:
     the report's metric and unit for the task, ×r relative to the training length."""
     from posx.runs.messages import eval_table
@@ -268,21 +248,8 @@ def _show_eval(run: Path, rows: list[dict]) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _train_length(run: Path, rows: list[dict]) -> int:
+def _train_length(run: SavedRun, rows: list[dict]) -> int:
     """The run's training length: every eval row records it; else its saved config's."""
     if rows and rows[0].get("train_length") is not None:
         return int(rows[0]["train_length"])
-    from posx.config.saved import run_config
-
-    return int(run_config(run).train.length)
-
-
-def _warn(text: str) -> None:
-    err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
-
-
-def _buckets(spec: str | None) -> str | int:
-    """``--buckets``: ``log`` (default) or a width in tokens."""
-    from posx.config.validate import parse_buckets
-
-    return parse_buckets(spec) if spec is not None else "log"
+    return int(run.config.train.length)

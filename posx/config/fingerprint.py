@@ -24,7 +24,6 @@ import copy
 import hashlib
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,7 +32,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posx.config.schema import PosxConfig
 from posx.runtime.precision import PRECISIONS, precision_name
-from posx.storage.results import load_json_object
 
 Scalar = str | int | float | bool | None
 # Part of the hash: a change of the rules below changes every fingerprint. 2: the resolved
@@ -220,50 +218,3 @@ def with_records(cfg: DictConfig, info: Mapping[str, Any]) -> DictConfig:
         if data:
             cfg[DATA] = data
     return cfg
-
-
-def recorded_info(run_dir: Path) -> dict[str, Any]:
-    """The run's ``run.json``, or ``{}`` when it has none or it cannot be read (a report
-    reads what it can; ``posx eval`` refuses a damaged one before it gets here)."""
-    try:
-        return load_json_object(run_dir / "run.json")
-    except (OSError, ValueError):
-        return {}
-
-
-def _hydra_config(run_dir: Path) -> DictConfig | None:
-    path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
-        return None
-    cfg = OmegaConf.load(path)
-    return cfg if isinstance(cfg, DictConfig) else None
-
-
-def saved_config(run_dir: Path) -> DictConfig | None:
-    """The config a run ran with: what Hydra saved (``.hydra/config.yaml``) with what
-    ``run.json`` records (:func:`with_records`); None when there is no saved config."""
-    cfg = _hydra_config(run_dir)
-    return with_records(cfg, recorded_info(run_dir)) if cfg is not None else None
-
-
-def run_fingerprint(
-    run_dir: Path, cfg: DictConfig | None = None, info: Mapping[str, Any] | None = None
-) -> str:
-    """A run's fingerprint, from its saved config (the source every reader shares), else from
-    ``cfg``; ``""`` when neither exists.
-
-    Training and evaluation both call this, so ``run.json`` and every ``eval.csv`` row carry the
-    fingerprint that ``posx report`` computes again from the same files.
-
-    Args:
-        run_dir: The run directory.
-        cfg: The config, when the run has no saved one (yet).
-        info: What ``run.json`` records (:func:`with_records`); default: read from the run
-            (training passes what it is about to write).
-    """
-    saved = _hydra_config(run_dir)
-    base = saved if saved is not None else cfg
-    if base is None:
-        return ""
-    facts = recorded_info(run_dir) if info is None else info
-    return config_fingerprint(with_records(base, facts))

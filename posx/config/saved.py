@@ -1,7 +1,6 @@
-"""A saved run's config, read back: typed by the schema, checked against its checkpoint and the
-trust rules, with eval-time overrides applied and ``eval.precision=auto`` as the run resolved it.
-``posx eval`` and ``posx resume`` load runs through here; ``posx eval`` also checks the run's
-data against what its training recorded (:func:`check_same_data`)."""
+"""The rules for a saved run's config, path-free: its file typed by the schema, eval-time
+overrides applied, ``eval.precision=auto`` as the run resolved it, and the words for data that
+changed since training. :class:`posx.saved.SavedRun` reads the run's files and applies them."""
 
 from __future__ import annotations
 
@@ -18,28 +17,24 @@ from omegaconf.errors import OmegaConfBaseException
 from posx.config.fingerprint import RECORDED_PRECISION, data_identity
 from posx.config.hints import key_hint
 from posx.config.schema import EvalConfig, PosxConfig
-from posx.config.trust import check_trusted, is_recorded, recorded
-from posx.config.validate import validate
 from posx.errors import ConfigError, PosxError, one_line
 from posx.runtime.precision import PRECISIONS
-from posx.storage.checkpoint import check_identity
-from posx.storage.results import run_info
 
 # Eval settings recorded in their own columns (or not affecting results), so not in `overrides`.
 PROTOCOL_KEYS = ("eval.mode", "eval.window", "eval.stride", "eval.buckets", "eval.batch_tokens")
 
 
-def run_config(run_dir: Path) -> DictConfig:
-    """The config Hydra saved for the run, typed by posx's schema.
+def typed_config(path: Path, run_dir: Path) -> DictConfig:
+    """A run's saved config file (``.hydra/config.yaml``), typed by posx's schema.
+
+    Args:
+        path: The file.
+        run_dir: The run it belongs to (named when there is no file).
 
     Raises:
-        ConfigError: No run directory, or no saved config.
-        PosxError: The saved config is not YAML, or does not fit the schema (one line naming
-            the file).
+        ConfigError: No saved config.
+        PosxError: The file is not YAML, or does not fit the schema (one line naming it).
     """
-    path = run_dir / ".hydra" / "config.yaml"
-    if not run_dir.is_dir():
-        raise ConfigError(f"run directory does not exist: {run_dir}")
     if not path.is_file():
         raise ConfigError(f"not a posx run directory (no .hydra/config.yaml): {run_dir}")
     try:
@@ -88,61 +83,8 @@ def with_eval_defaults(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def check_loadable(
-    run_dir: Path,
-    cfg: DictConfig,
-    source: Path | str,
-    trust: Sequence[str],
-    info: dict[str, Any],
-    composed: bool = False,
-) -> None:
-    """Refuses a run's config that is not safe or not right to build: what ``posx eval`` (the
-    saved config) and ``posx resume`` (its overrides, composed) both check first.
-
-    Args:
-        run_dir: The run directory.
-        cfg: The config read from the run (saved, or composed from its overrides).
-        source: The run's file it came from, for the messages.
-        trust: Trusted ``_target_`` prefixes (see :mod:`posx.config.trust`).
-        info: The run's ``run.json`` (``{}`` when it has none): its ``needs_trust`` words the
-            trust message.
-        composed: ``cfg`` was composed from ``source`` with posx's configs (said in the
-            checkpoint message).
-
-    Raises:
-        ConfigError: A target that is not trusted.
-        PosxError: A config that does not match the checkpoint.
-    """
-    # A run.json without needs_trust (trained before posx recorded it) proves nothing.
-    unrecorded = bool(info) and not is_recorded(info)
-    check_trusted(cfg, trust, str(source), recorded(info), unrecorded)
-    check_identity(
-        run_dir, cfg, f"{source} (composed with posx's configs)" if composed else str(source)
-    )
-
-
-def loadable_config(run_dir: Path, overrides: list[str], trust: Sequence[str] = ()) -> DictConfig:
-    """The run's config with eval-time ``overrides``, once it is safe and right to build.
-
-    The saved config must be what the checkpoint was trained with (an edited config would
-    label these weights as another encoding's), and every ``_target_`` in it must be posx's
-    own or trusted (``trust``; see :mod:`posx.config.trust`): a run directory cannot run code.
-
-    Raises:
-        ConfigError: A bad override, or a target that is not trusted.
-        PosxError: A damaged config, or one that does not match the checkpoint.
-    """
-    source = run_dir / ".hydra" / "config.yaml"
-    saved = run_config(run_dir)
-    info = run_info(run_dir)
-    check_loadable(run_dir, saved, source, trust, info)
-    cfg = apply_overrides(with_eval_defaults(saved), overrides)
-    check_trusted(cfg, trust, "eval-time overrides", None)  # what they add is the user's
-    validate(cfg)
-    return recorded_eval_precision(cfg, info, overrides)
-
-
-def _override_keys(overrides: Sequence[str]) -> set[str]:
+def override_keys(overrides: Sequence[str]) -> set[str]:
+    """The keys ``key=value`` overrides set (``+``/``~`` prefixes dropped)."""
     return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
@@ -155,7 +97,7 @@ def recorded_eval_precision(
     :mod:`posx.config.fingerprint`). An ``eval.precision`` override is the user's choice, and
     a run that recorded none resolves ``auto`` on the device it is evaluated on."""
     value = info.get(RECORDED_PRECISION["eval"])
-    if cfg.eval.precision != "auto" or "eval.precision" in _override_keys(overrides):
+    if cfg.eval.precision != "auto" or "eval.precision" in override_keys(overrides):
         return cfg
     if value not in PRECISIONS[1:]:
         return cfg
@@ -184,29 +126,19 @@ def data_changes(recorded: dict[str, Any], now: dict[str, Any]) -> tuple[list[st
     return corpus, tokenizer
 
 
-def check_same_data(
-    run_dir: Path, info: dict[str, Any], described: dict[str, Any], overrides: Sequence[str]
-) -> None:
-    """Refuses to evaluate a run whose data is no longer what it was trained on: a corpus file
-    edited, ``stdlib`` of another Python, a dataset or tokenizer file that changed. Its rows
-    would be numbers on other text under the run's name.
+def data_change_error(run_dir: Path, task_info: Any, described: dict[str, Any]) -> PosxError | None:
+    """The refusal of a run whose data is no longer what it was trained on, or None when it is:
+    a corpus file edited, ``stdlib`` of another Python, a dataset or tokenizer file that
+    changed. Its rows would be numbers on other text under the run's name.
 
     Args:
-        run_dir: The run directory.
-        info: The run's ``run.json`` (its ``task_info`` records the data at training).
+        run_dir: The run directory (named in the message).
+        task_info: ``run.json``'s ``task_info`` (the data at training).
         described: The task rebuilt now (:meth:`~posx.tasks.base.Task.describe`).
-        overrides: Eval-time overrides: with a ``task.*`` one the data is the user's choice
-            (recorded in each row), so nothing is checked.
-
-    Raises:
-        PosxError: One line naming the corpus, what changed and what to do.
     """
-    if any(k == "task" or k.startswith("task.") for k in _override_keys(overrides)):
-        return
-    task_info = info.get("task_info")
     corpus, tokenizer = data_changes(data_identity(task_info), data_identity(described))
     if not corpus and not tokenizer:
-        return
+        return None
     name = str(task_info.get("corpus", "?")) if isinstance(task_info, dict) else "?"
     if corpus:
         what = f"the corpus {name!r} has changed since the run was trained ({', '.join(corpus)})"
@@ -214,7 +146,7 @@ def check_same_data(
     else:
         what = f"its tokenizer has changed since the run was trained ({', '.join(tokenizer)})"
         fix = "restore it, or evaluate with it as it is now with a task.* override"
-    raise PosxError(
+    return PosxError(
         f"{run_dir}: {what}, so its rows would score other tokens than its training did; "
         f"{fix} (an eval-time override, recorded in each row)"
     )

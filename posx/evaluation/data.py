@@ -26,15 +26,6 @@ CACHE_DIR = ".eval_cache"
 CACHE_VERSION = 2
 
 
-def results_root(run_dir: Path) -> Path:
-    """The results root above a run: the parent of ``runs/`` or ``sweeps/``, else the run's
-    parent directory."""
-    for parent in run_dir.resolve().parents:
-        if parent.name in ("runs", "sweeps"):
-            return parent.parent
-    return run_dir.resolve().parent
-
-
 def cache_key(task_cfg: Any, task: Task, length: int, sequences: int, seed: int) -> str:
     """A stable hex digest of what determines an eval set's tokens."""
     ident = {

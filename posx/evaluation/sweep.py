@@ -20,20 +20,20 @@ from omegaconf import DictConfig, OmegaConf
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from posx.config.build import build_model, build_positions, build_task
-from posx.config.fingerprint import run_fingerprint
-from posx.config.saved import loadable_config, recorded_overrides
+from posx.config.saved import recorded_overrides
 from posx.config.variant_names import scaling_cell
 from posx.errors import PosxError
 from posx.evaluation.buckets import bucket_rows
-from posx.evaluation.data import CACHE_DIR, eval_set, results_root
+from posx.evaluation.data import CACHE_DIR, eval_set
 from posx.evaluation.memory import PeakMemory
 from posx.evaluation.protocol import Protocol, Tally, resolve_protocol, score
 from posx.model.transformer import TransformerLM
 from posx.positions import PositionStrategy
 from posx.runtime.distributed import pick_device
 from posx.runtime.precision import autocast_context, precision_name
+from posx.saved import SavedRun
 from posx.storage.checkpoint import load_checkpoint
-from posx.storage.results import SCHEMA_VERSION, merge_rows, run_info
+from posx.storage.results import SCHEMA_VERSION, merge_rows
 from posx.tasks.base import Batch, Task
 from posx.tasks.text import UnsupportedLength, sequences_for
 
@@ -186,7 +186,7 @@ def row_key(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def evaluate_run(
-    run_dir: Path,
+    run: SavedRun,
     lengths: list[int],
     overrides: list[str] | None = None,
     model: TransformerLM | None = None,
@@ -199,11 +199,12 @@ def evaluate_run(
 ) -> list[dict[str, Any]]:
     """Evaluates one run at ``lengths``; merges rows into ``eval.csv`` and ``eval_positions.csv``.
 
-    Model, task and config are rebuilt from the run directory unless the caller (training)
-    passes them in. Rows with the same (length, mode, window, stride, overrides) are replaced.
+    Model, task and config are rebuilt from the saved run unless the caller (training) passes
+    them in. Rows with the same (length, mode, window, stride, overrides) are replaced.
 
     Args:
-        run_dir: The run directory.
+        run: The saved run (its ``run.json`` names the rows; its saved config gives their
+            fingerprint).
         lengths: Eval lengths.
         overrides: Eval-time ``key=value`` overrides (``eval.mode=sliding`` etc. included).
         model: Trained model (with ``task`` and ``cfg``), instead of loading the checkpoint.
@@ -219,17 +220,17 @@ def evaluate_run(
         The eval rows written.
     """
     overrides = sorted(overrides or [])
-    info = run_info(run_dir)
+    info = run.info
     if model is None or task is None or cfg is None:
-        cfg = loadable_config(run_dir, overrides, trust)
-        task = build_task(cfg, results_root(run_dir))
+        cfg = run.loadable_config(overrides, trust)
+        task = build_task(cfg, run.results_root)
         model = build_model(cfg, task.vocab_size)
-        load_checkpoint(run_dir, model)
+        load_checkpoint(run.path, model)
         model.to(pick_device(device))
     dev = next(model.parameters()).device
-    cache = cache_dir or results_root(run_dir) / CACHE_DIR
+    cache = cache_dir or run.results_root / CACHE_DIR
     bar = Progress(
-        TextColumn(f"[bold]{run_dir.name}[/] eval"),
+        TextColumn(f"[bold]{run.name}[/] eval"),
         BarColumn(),
         TextColumn("{task.fields[what]}"),
         TimeElapsedColumn(),
@@ -250,12 +251,12 @@ def evaluate_run(
         "scaling": scaling_cell(cfg),  # what ran, from the run's config or an override
         "eval_seed": cfg.eval.seed,
         # from the saved config: `cfg` here carries the eval-time overrides
-        "fingerprint": run_fingerprint(run_dir) or info.get("fingerprint", ""),
+        "fingerprint": run.fingerprint or info.get("fingerprint", ""),
         "device": dev.type,
     }
     rows = [{**ident, **r} for r in rows]
-    merge_rows(run_dir / "eval.csv", rows, ROW_KEYS)
+    merge_rows(run.path / "eval.csv", rows, ROW_KEYS)
     merge_rows(
-        run_dir / "eval_positions.csv", [{**ident, **b} for b in buckets], ROW_KEYS, replaces=rows
+        run.path / "eval_positions.csv", [{**ident, **b} for b in buckets], ROW_KEYS, replaces=rows
     )
     return rows

@@ -26,8 +26,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from posx.config.fingerprint import Scalar, fingerprint_of, identity_config, saved_config
+from posx.config.fingerprint import Scalar, fingerprint_of, identity_config
 from posx.errors import ConfigError
+from posx.saved import SavedRun
 
 PREFIX = "config:"
 # Columns that label a table or a row, and the config keys whose values they already show.
@@ -55,7 +56,7 @@ class RunConfig:
 @functools.lru_cache(maxsize=4096)
 def _read(run: str, stamp: int) -> RunConfig:
     path = Path(run)
-    cfg = saved_config(path)
+    cfg = SavedRun(path).recorded_config
     info = path / "run.json"
     mtime = info.stat().st_mtime if info.is_file() else 0.0
     if cfg is None:

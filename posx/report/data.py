@@ -20,7 +20,8 @@ from posx.errors import ConfigError, PosxError, PosxWarning
 from posx.report.configs import PREFIX, attach_configs
 from posx.report.damage import INTEGER_COLUMNS, table_problem
 from posx.report.units import AUTO_METRICS
-from posx.storage.results import find_runs, run_info
+from posx.saved import SavedRun
+from posx.storage.results import find_runs
 
 # One table per combination of these; `--by` moves some of them into the row labels instead.
 IDENTITY = ["task", "train_length", "model", "mode"]
@@ -126,7 +127,7 @@ def load_training(root: Path) -> pd.DataFrame | None:
     frames = []
     for frame in (f for f in tables if len(f)):
         try:
-            info = run_info(root / frame["run_dir"].iloc[0])
+            info = SavedRun(root / frame["run_dir"].iloc[0]).info
         except PosxError as err:
             damaged.append(str(err))
             continue

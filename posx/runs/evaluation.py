@@ -9,18 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posx.config.build import build_positions, build_task
+from posx.config.build import build_positions
 from posx.config.compose import eval_lengths
-from posx.config.fingerprint import data_identity
-from posx.config.saved import check_same_data, loadable_config, run_config
 from posx.config.trust import UntrustedTarget
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.evaluation.data import CACHE_DIR, results_root
+from posx.evaluation.data import CACHE_DIR
 from posx.evaluation.sweep import ROW_KEYS, evaluate_run
 from posx.runs.resources import check_eval_fits, model_for_estimates
 from posx.runtime.distributed import pick_device
-from posx.storage.checkpoint import checkpoint_dir, parameter_shapes, verify_checkpoint
-from posx.storage.results import check_writable, find_runs, read_table, run_info
+from posx.saved import SavedRun
+from posx.storage.results import check_writable, find_runs, read_table
 from posx.tracking import log_eval_rows
 
 log = logging.getLogger(__name__)
@@ -47,13 +45,13 @@ def protocol_overrides(
 class Selection:
     """The runs ``posx eval`` will evaluate, and those it skips with the reason."""
 
-    runs: list[Path]
-    skipped: list[tuple[Path, str]] = field(default_factory=list)  # no checkpoint: fine
+    runs: list[SavedRun]
+    skipped: list[tuple[SavedRun, str]] = field(default_factory=list)  # no checkpoint: fine
     # damaged files, a config that does not match its checkpoint, untrusted code: exit 1 at the end
-    damaged: list[tuple[Path, str]] = field(default_factory=list)
+    damaged: list[tuple[SavedRun, str]] = field(default_factory=list)
 
 
-def check_run(run: Path, overrides: list[str], trust: Sequence[str]) -> None:
+def check_run(run: SavedRun, overrides: list[str], trust: Sequence[str]) -> None:
     """Everything that can refuse a run before any evaluation: its files, its checkpoint's
     headers, its config against the checkpoint, the overrides, untrusted targets, and its
     data against what its training recorded.
@@ -63,53 +61,40 @@ def check_run(run: Path, overrides: list[str], trust: Sequence[str]) -> None:
         PosxError: The run's own files are damaged or do not fit each other, or its corpus
             changed since training.
     """
-    if not run.is_dir():
-        raise ConfigError(f"run directory does not exist: {run}")
-    verify_checkpoint(run)  # no checkpoint is the likeliest problem: it is named first
-    run_config(run)
-    run_info(run)
-    loadable_config(run, overrides, trust)
+    if not run.path.is_dir():
+        raise ConfigError(f"run directory does not exist: {run.path}")
+    run.verify_checkpoint()  # no checkpoint is the likeliest problem: it is named first
+    run.config  # noqa: B018 - read (and refused when damaged) before run.json, as always
+    run.info  # noqa: B018
+    run.loadable_config(overrides, trust)
     for name in ("eval.csv", "eval_positions.csv"):  # rows will merge into these
-        if (run / name).is_file():
-            read_table(run / name, ROW_KEYS)
-    check_data(run, overrides, trust)
-
-
-def check_data(run: Path, overrides: list[str], trust: Sequence[str] = ()) -> None:
-    """Refuses a run whose corpus or tokenizer is no longer what its training recorded in
-    ``run.json`` (see :func:`~posx.config.saved.check_same_data`).
-
-    Raises:
-        PosxError: The data changed, in one line naming the corpus and what changed.
-    """
-    info = run_info(run)
-    if not data_identity(info.get("task_info")):
-        return  # a synthetic task (its data is its config), or a run that recorded none
-    cfg = loadable_config(run, overrides, trust)
-    # built as evaluate_run builds it (the corpus is read once: load_corpus caches its bytes)
-    check_same_data(run, info, build_task(cfg, results_root(run)).describe(), overrides)
+        if (run.path / name).is_file():
+            read_table(run.path / name, ROW_KEYS)
+    run.check_same_data(overrides, trust)
 
 
 def select_runs(
-    named: list[Path], root: Path, overrides: Sequence[str] = (), trust: Sequence[str] = ()
+    named: Sequence[Path | SavedRun],
+    root: Path,
+    overrides: Sequence[str] = (),
+    trust: Sequence[str] = (),
 ) -> Selection:
     """Named runs must all be evaluable (else an error); without names, every trained run under
     ``root``, skipping those without a checkpoint and recording those that are damaged or
-    refused (see :func:`check_run`)."""
+    refused (see :func:`check_run`). Each run is opened here, once."""
     if named:
-        for run in named:
+        runs = [SavedRun.of(run) for run in named]
+        for run in runs:
             check_run(run, list(overrides), trust)
-        check_outputs(named)
-        return Selection(list(named))
+        check_outputs(runs)
+        return Selection(runs)
     chosen = Selection([])
-    for run in find_runs(root):
-        try:
-            checkpoint_dir(run)
-        except PosxError:
+    for run in map(SavedRun, find_runs(root)):
+        if not run.has_checkpoint():
             chosen.skipped.append((run, "no checkpoint"))
             continue
         try:  # this run's own files, e.g. no .hydra/config.yaml
-            run_config(run)
+            run.config  # noqa: B018
         except PosxError as err:
             chosen.damaged.append((run, str(err)))
             continue
@@ -128,30 +113,31 @@ def select_runs(
     return chosen
 
 
-def check_outputs(runs: list[Path]) -> None:
+def check_outputs(runs: list[SavedRun]) -> None:
     """Every place evaluation writes (each run directory, each eval cache) must be writable
     before the first run is evaluated, not found out after the work is done."""
     hint = "make it writable, or evaluate a copy of the run"
-    for place in dict.fromkeys([*runs, *(results_root(run) / CACHE_DIR for run in runs)]):
+    places = [*(r.path for r in runs), *(r.results_root / CACHE_DIR for r in runs)]
+    for place in dict.fromkeys(places):
         what = "eval cache" if place.name == CACHE_DIR else "run directory"
         check_writable(place, what, hint)
 
 
 def evaluate_runs(
-    runs: list[Path],
+    runs: Sequence[SavedRun | Path],
     lengths: list[int] | None,
     overrides: list[str],
     device: str = "auto",
     progress: bool = False,
-    on_run: Callable[[Path, list[dict[str, Any]]], None] | None = None,
+    on_run: Callable[[SavedRun, list[dict[str, Any]]], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     trust: Sequence[str] = (),
     max_memory: int | None = None,
-) -> dict[Path, list[dict[str, Any]]]:
+) -> dict[SavedRun, list[dict[str, Any]]]:
     """Evaluates each run at ``lengths`` (default: the run's own ``eval.lengths``).
 
     Args:
-        runs: Run directories.
+        runs: Saved runs (from :func:`select_runs`), or run directories to open.
         lengths: Eval lengths, or ``None`` for each run's configured ones (:func:`eval_lengths`).
         overrides: Eval-time ``key=value`` overrides, recorded in every row.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
@@ -172,14 +158,14 @@ def evaluate_runs(
         PosxError: A run whose corpus changed since training (before any work).
         Interrupted: Ctrl-C; the runs evaluated before it keep their rows.
     """
-    for run in runs:  # before any work; runs chosen by select_runs passed these already
-        # select_runs checked these for posx eval and posx.evaluate; a direct caller did not
-        # (load_corpus caches the bytes, so the second check costs no read)
-        check_data(run, overrides, trust)
+    opened = [SavedRun.of(run) for run in runs]
+    for run in opened:  # before any work; runs chosen by select_runs passed these already
+        # (a run opened by select_runs answers from what it read; a direct caller's is read now)
+        run.check_same_data(overrides, trust)
         check_eval_memory(run, lengths, overrides, device, max_memory, trust)
-    done: dict[Path, list[dict[str, Any]]] = {}
-    for run in runs:
-        run_lengths = lengths or eval_lengths(run_config(run))
+    done: dict[SavedRun, list[dict[str, Any]]] = {}
+    for run in opened:
+        run_lengths = lengths or eval_lengths(run.config)
         try:
             rows = evaluate_run(
                 run, run_lengths, overrides, device=device, progress=progress, trust=trust
@@ -187,7 +173,7 @@ def evaluate_runs(
         except KeyboardInterrupt as err:
             raise Interrupted(
                 f"interrupted while evaluating {run.name}, no rows written for it; "
-                f"{len(done)} of {len(runs)} run(s) were evaluated"
+                f"{len(done)} of {len(opened)} run(s) were evaluated"
             ) from err
         done[run] = rows
         if on_run is not None:
@@ -208,7 +194,7 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def check_eval_memory(
-    run: Path,
+    run: SavedRun,
     lengths: list[int] | None,
     overrides: list[str],
     device: str,
@@ -217,11 +203,11 @@ def check_eval_memory(
 ) -> None:
     """Refuses a length of ``run`` whose evaluation cannot fit in memory, estimated from the
     run's config and its checkpoint's header with the model on the ``meta`` device."""
-    cfg = loadable_config(run, overrides, trust)
-    shapes = parameter_shapes(run)
+    cfg = run.loadable_config(overrides, trust)
+    shapes = run.shapes
     head = shapes.get("head.weight") or shapes.get("tok.weight")  # [vocab, d_model]
     if not head:
-        raise PosxError(f"checkpoint in {run} has no head.weight: not a posx model")
+        raise PosxError(f"checkpoint in {run.path} has no head.weight: not a posx model")
     vocab = head[0]
     model = model_for_estimates(cfg, vocab)
     hint = (

@@ -19,17 +19,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from posx.config.compose import compose
-from posx.config.fingerprint import run_fingerprint
-from posx.config.paths import dirs_of_searchpath, options, user_config_dirs
-from posx.config.saved import check_loadable
+from posx.config.paths import options, user_config_dirs
 from posx.errors import ConfigError, Interrupted, PosxError
-from posx.runs.evaluation import check_data
 from posx.runs.launch import run_train
 from posx.runs.preflight import override_combinations, split_args
-from posx.runs.resume import recorded_searchpath, run_overrides
 from posx.runs.shapes import check_shapes
-from posx.storage.checkpoint import checkpoint_state, read_weights
-from posx.storage.results import find_runs, run_info
+from posx.saved import SavedRun
+from posx.storage.results import find_runs
 
 # What `posx extend` sets itself (the user's choice among them: extend.resize).
 OWN_KEYS = ("extend.parent", "extend.parent_sha256", "extend.parent_fingerprint",
@@ -47,9 +43,9 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def parents_of(path: Path) -> list[Path]:
-    """The runs ``posx extend PATH`` extends: PATH itself when it is a run directory, else every
-    run under it (a sweep or a results root) that was trained from scratch.
+def parents_of(path: Path) -> list[SavedRun]:
+    """The runs ``posx extend PATH`` extends, opened: PATH itself when it is a run directory,
+    else every run under it (a sweep or a results root) that was trained from scratch.
 
     Raises:
         ConfigError: PATH does not exist, or holds no run trained from scratch.
@@ -57,11 +53,11 @@ def parents_of(path: Path) -> list[Path]:
     if not path.exists():
         raise ConfigError(f"run directory does not exist: {path}")
     if (path / ".hydra").is_dir() or (path / "run.json").is_file() or not path.is_dir():
-        return [path]
+        return [SavedRun(path)]
     found = []
-    for run in find_runs(path):
+    for run in map(SavedRun, find_runs(path)):
         try:
-            info = run_info(run)
+            info = run.info
         except PosxError:
             continue  # a damaged run is no base to extend; `posx runs` names it
         if info.get("status") == "trained" and not info.get("parent"):
@@ -74,60 +70,58 @@ def parents_of(path: Path) -> list[Path]:
     return found
 
 
-def _parent_config(run: Path, dirs: list[Path], trust: Sequence[str]) -> tuple[list[str], Any]:
+def _parent_config(run: SavedRun, dirs: list[Path], trust: Sequence[str]) -> tuple[list[str], Any]:
     """The parent's overrides and its config composed from them, once its files, checkpoint
     and config are checked as ``posx resume`` checks them (the config must match the
     checkpoint; every ``_target_`` posx's own or trusted)."""
-    overrides_file = run / ".hydra" / "overrides.yaml"
-    if not overrides_file.is_file():
-        raise ConfigError(f"not a posx run directory (no .hydra/overrides.yaml): {run}")
-    info = run_info(run)
+    run.require_overrides()
+    info = run.info
     if info.get("status") != "trained":
         raise ConfigError(
-            f"{run} is {info.get('status') or 'not trained'}, not trained to its last step: "
-            f"extend a finished run (finish this one with `posx resume {run}`)"
+            f"{run.path} is {info.get('status') or 'not trained'}, not trained to its last step: "
+            f"extend a finished run (finish this one with `posx resume {run.path}`)"
         )
-    overrides = run_overrides(overrides_file)
-    known = [d for d in dirs_of_searchpath(recorded_searchpath(run)) if d.is_dir()]
-    cfg = compose(overrides, user_config_dirs([*dirs, *known], env=False))
-    check_loadable(run, cfg, overrides_file, trust, info, composed=True)
-    check_data(run, [], trust)  # it goes on reading the text its parent was trained on
+    overrides = run.overrides
+    cfg = run.composed_config(run.config_dirs(dirs), trust)
+    run.check_same_data((), trust)  # it goes on reading the text its parent was trained on
     # the parent's own (fresh-run) bookkeeping is not the extension's
     own = ("invocation=", "train.resume=", "label=")  # label: the parent's, in parent_label
     return [o for o in overrides if not o.startswith(own)], cfg
 
 
-def check_parent(run: Path, dirs: list[Path], trust: Sequence[str]) -> dict[str, Any]:
+def check_parent(run: SavedRun | Path, dirs: list[Path], trust: Sequence[str]) -> dict[str, Any]:
     """Everything an extension needs from its parent, checked: its overrides, its composed
     config, and the ``extend.*`` settings that name it.
 
     Raises:
         ConfigError: A missing, damaged, unfinished or untrusted parent, in one line.
     """
+    run = SavedRun.of(run)
     try:
         overrides, cfg = _parent_config(run, dirs, trust)
-        state = checkpoint_state(run)
+        state = run.trainer_state
         if int(state.get("step", -1)) != int(cfg.train.steps):
             raise PosxError(
-                f"the checkpoint of {run} is at step {state.get('step')} of {cfg.train.steps}"
+                f"the checkpoint of {run.path} is at step {state.get('step')} of {cfg.train.steps}"
             )
-        _, sha = read_weights(run)  # reads every byte: a corrupt file fails here
-        info = run_info(run)
+        _, sha = run.weights()  # reads every byte: a corrupt file fails here
+        info = run.info
     except Interrupted:
         raise
     except PosxError as err:
         # the user's input (the parent) is what is wrong: exit 2, as for any bad argument
-        raise ConfigError(f"cannot extend {run}: {err}") from err
+        raise ConfigError(f"cannot extend {run.path}: {err}") from err
     base = OmegaConf.select(cfg, "extend.base_length") or cfg.train.length
     settings = {
-        "extend.parent": _quoted(str(run.resolve())),
+        "extend.parent": _quoted(str(run.path.resolve())),
         "extend.parent_sha256": sha,
-        "extend.parent_fingerprint": str(info.get("fingerprint") or run_fingerprint(run)),
+        "extend.parent_fingerprint": str(info.get("fingerprint") or run.fingerprint),
         "extend.parent_label": _quoted(str(info.get("encoding", ""))),
         "extend.parent_step": str(int(cfg.train.steps)),
         "extend.base_length": str(int(base)),
     }
     return {
+        "run": run,
         "overrides": overrides,
         "cfg": cfg,
         "settings": [f"{k}={v}" for k, v in settings.items()],

@@ -44,6 +44,7 @@ from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
 from posx.runs.sweeps import sweep_status
 from posx.runs.variants import check_variants, evaluate_variants
 from posx.runtime.distributed import barrier, broadcast_from_main, init_process_group, world
+from posx.saved import SavedRun
 from posx.storage.checkpoint import checkpoint_dir
 from posx.storage.results import write_json
 from posx.tracking import Trackers, check_loggers, open_trackers
@@ -78,9 +79,11 @@ def train_and_evaluate(
             lengths = eval_lengths(cfg)
             at = ",".join(map(str, lengths))
             log.info(tagged(f"evaluating at L={at} ({cfg.eval.mode} mode)"))
-            rows = evaluate_run(run_dir, lengths, model=result.model, task=result.task, cfg=cfg)
+            # the run is saved now (run.json, config, checkpoint): its rows are named from them
+            saved = SavedRun(run_dir)
+            rows = evaluate_run(saved, lengths, model=result.model, task=result.task, cfg=cfg)
             # eval.variants: the same weights under eval-time overrides, one row set each
-            others = evaluate_variants(cfg, run_dir, result.model, result.task, lengths)
+            others = evaluate_variants(cfg, saved, result.model, result.task, lengths)
             tracked.log_eval(rows + others)
             failed = failures(rows + others)
         if w.is_main:

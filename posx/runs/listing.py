@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from posx.saved import SavedRun
 from posx.storage.results import find_runs
 
 COLUMNS = ("status", "encoding", "task", "model", "L_train", "steps", "seed", "final loss",
@@ -86,7 +87,7 @@ def _status(info: dict[str, Any], run: Path) -> str:
     return status
 
 
-def run_record(run: Path, root: Path) -> dict[str, Any]:
+def run_record(run: SavedRun, root: Path) -> dict[str, Any]:
     """One run's fields as plain values: what ``posx runs`` shows, and ``--format json`` prints.
 
     Keys: ``status``, ``encoding``, ``task``, ``model``, ``L_train``, ``steps_done``,
@@ -98,15 +99,12 @@ def run_record(run: Path, root: Path) -> dict[str, Any]:
     keys = ("encoding", "task", "model", "L_train", "steps_done", "steps_total", "seed",
             "final_loss", "eval_lengths", "parent")  # fmt: skip
     record: dict[str, Any] = {"status": "unreadable", **dict.fromkeys(keys)}
-    record.update(run=str(run.relative_to(root)), error=None)
-    try:
-        info = json.loads((run / "run.json").read_text())
-        if not isinstance(info, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as err:
-        return {**record, "error": str(err).splitlines()[0][:60]}
-    tail = _metrics_tail(run)
-    status = _status(info, run)
+    record.update(run=str(run.path.relative_to(root)), error=None)
+    info = run.recorded
+    if run.info_error is not None:
+        return {**record, "error": run.info_error[:60]}
+    tail = _metrics_tail(run.path)
+    status = _status(info, run.path)
     total = _count(info.get("steps"))
     done = total if status in ("finished", "trained") else info.get("step", tail.get("step", 0))
     done = None if status == "pretrained" else done  # evaluated, never trained by posx
@@ -120,7 +118,7 @@ def run_record(run: Path, root: Path) -> dict[str, Any]:
         steps_total=total,
         seed=_count(info.get("seed")),
         final_loss=_number(info.get("final_loss", tail.get("loss"))),
-        eval_lengths=_lengths(run),
+        eval_lengths=_lengths(run.path),
         parent=_parent(info),
     )
     return record
@@ -136,7 +134,7 @@ def _text(value: Any) -> str:
     return "?" if value is None else str(value)
 
 
-def run_line(run: Path, root: Path) -> RunLine:
+def run_line(run: SavedRun, root: Path) -> RunLine:
     """What ``posx runs`` shows for one run directory."""
     r = run_record(run, root)
     if r["status"] == "unreadable":
@@ -163,7 +161,7 @@ def run_line(run: Path, root: Path) -> RunLine:
 
 def list_runs(root: Path) -> list[RunLine]:
     """Every run below ``root`` (sorted by directory), one :class:`RunLine` each."""
-    return [run_line(run, root) for run in find_runs(root)]
+    return [run_line(SavedRun(run), root) for run in find_runs(root)]
 
 
 def format_runs(lines: list[RunLine]) -> list[str]:

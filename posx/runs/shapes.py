@@ -6,7 +6,6 @@ run starts."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
@@ -14,7 +13,7 @@ from omegaconf import DictConfig
 from posx.config.build import build_model
 from posx.errors import ConfigError
 from posx.model.transformer import TransformerLM
-from posx.storage.checkpoint import parameter_shapes
+from posx.saved import SavedRun
 
 
 def _meta_model(cfg: DictConfig, vocab_size: int) -> TransformerLM:
@@ -37,21 +36,21 @@ def resizable(model: torch.nn.Module, name: str) -> bool:
 
 
 def check_shapes(
-    run: Path, combos: list[list[str]], compose_with: Callable[[list[str]], DictConfig]
+    run: SavedRun, combos: list[list[str]], compose_with: Callable[[list[str]], DictConfig]
 ) -> None:
     """Refuses overrides that change a parameter's shape (the parent's weights would not fit),
     naming the override; a shape the owning module can resize is allowed with
     ``extend.resize=interpolate`` or ``copy``.
 
     Args:
-        run: The parent run (its checkpoint's shapes are the reference).
+        run: The parent run, opened (its checkpoint's shapes are the reference).
         combos: The user's overrides, one list per combination to check (sweeps expanded).
         compose_with: ``overrides -> the extension's config`` (the parent's config under them).
 
     Raises:
         ConfigError: One line naming the override, the parameter and both shapes.
     """
-    have = parameter_shapes(run)
+    have = run.shapes
     # the vocabulary (the task cannot change): rows of the token embedding or the output layer
     vocab = next((s[0] for n, s in have.items() if n in ("tok.weight", "head.weight")), 256)
     for combo in combos:

@@ -12,17 +12,12 @@ from pathlib import Path
 
 from posx.config.paths import GROUPS
 from posx.runs.overrides import COLON_SETTING
+from posx.saved import SavedRun
 from posx.storage.checkpoint import CHECKPOINT
 from posx.storage.results import find_runs
 from posx.tasks.corpora import HF_PREFIX
 
 SWEEP_FILE = "multirun.yaml"  # Hydra writes it at the top of every sweep directory
-
-
-def is_run(path: Path) -> bool:
-    """A run directory: ``run.json`` (every run since it was recorded) or a saved Hydra config
-    (a run killed before it wrote ``run.json``)."""
-    return (path / "run.json").is_file() or (path / ".hydra" / "config.yaml").is_file()
 
 
 def _q(path: Path | str) -> str:
@@ -37,7 +32,7 @@ def _enclosing_run(path: Path) -> Path | None:
     """The run directory ``path`` lies in (``RUN/checkpoint``, ``RUN/.hydra``), or None: as the
     user spelled it where it can be (``results/runs/X``), else absolute."""
     for parent in [*path.parents, *path.absolute().parents]:
-        if is_run(parent):
+        if SavedRun(parent).is_run():
             return parent
     return None
 
@@ -108,6 +103,6 @@ def explain_run_argument(arg: str) -> str | None:
     path = Path(arg)
     if not path.exists():
         return _missing(arg)
-    if path.is_dir() and is_run(path):
+    if path.is_dir() and SavedRun(path).is_run():
         return None
     return _inside_run(arg, path) or (_folder_of_runs(arg, path) if path.is_dir() else None)

@@ -8,7 +8,6 @@ eval-time variants (configs/experiment/rope_scaling.yaml) thus trains once and e
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +19,7 @@ from posx.config.validate import validate
 from posx.errors import ConfigError
 from posx.evaluation.sweep import evaluate_run
 from posx.model.transformer import TransformerLM
+from posx.saved import SavedRun
 from posx.tasks.base import Task
 
 
@@ -52,7 +52,7 @@ def check_variants(cfg: DictConfig, vocab_size: int = 256) -> None:
 
 
 def evaluate_variants(
-    cfg: DictConfig, run_dir: Path, model: TransformerLM, task: Task, lengths: list[int]
+    cfg: DictConfig, run: SavedRun, model: TransformerLM, task: Task, lengths: list[int]
 ) -> list[dict[str, Any]]:
     """Evaluates the trained ``model`` under each variant at ``lengths``; rows are merged into
     the run's ``eval.csv`` as ``posx eval`` would.
@@ -67,5 +67,5 @@ def evaluate_variants(
         variant = build_model(changed, task.vocab_size)
         variant.load_state_dict(model.state_dict())  # same weights, the variant's encoding
         variant.to(device)
-        rows += evaluate_run(run_dir, lengths, overrides, model=variant, task=task, cfg=changed)
+        rows += evaluate_run(run, lengths, overrides, model=variant, task=task, cfg=changed)
     return rows

@@ -164,16 +164,26 @@ def _difference(ours: Any, theirs: Any, path: str) -> tuple[str, Any, Any] | Non
     return None if ours == theirs else (path, ours, theirs)
 
 
-def check_identity(run_dir: Path, cfg: DictConfig, source: str) -> None:
+def check_identity(
+    run_dir: Path, cfg: DictConfig, source: str, state: dict[str, Any] | None = None
+) -> None:
     """Refuses a config that differs from what the checkpoint was trained with (an edited
     ``.hydra/config.yaml`` would otherwise label one encoding's weights as another's).
 
     Checkpoints written before identities were recorded are not checked.
 
+    Args:
+        run_dir: The run directory.
+        cfg: The config about to be built.
+        source: Where it came from, for the message.
+        state: The checkpoint's ``trainer.json`` when the caller has read it already.
+
     Raises:
         PosxError: One line naming the first differing setting and both values.
     """
-    saved = _trainer_state(checkpoint_dir(run_dir), run_dir).get("identity")
+    if state is None:
+        state = _trainer_state(checkpoint_dir(run_dir), run_dir)
+    saved = state.get("identity")
     if not isinstance(saved, dict):
         return
     found = _difference(config_identity(cfg), saved, "")

@@ -73,6 +73,15 @@ def run_info(run_dir: Path) -> dict[str, Any]:
     return info
 
 
+def results_root(run_dir: Path) -> Path:
+    """The results root above a run: the parent of ``runs/`` or ``sweeps/``, else the run's
+    parent directory."""
+    for parent in run_dir.resolve().parents:
+        if parent.name in ("runs", "sweeps"):
+            return parent.parent
+    return run_dir.resolve().parent
+
+
 def check_writable(
     root: Path, what: str = "results root", hint: str = "choose another with root=DIR"
 ) -> None:

@@ -23,11 +23,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from posx.config.fingerprint import flat_config, run_fingerprint
+from posx.config.fingerprint import flat_config
 from posx.config.run_names import run_label
-from posx.config.saved import run_config
 from posx.errors import ConfigError, Interrupted, PosxError, one_line
-from posx.storage.results import run_info, write_json
+from posx.saved import SavedRun
+from posx.storage.results import write_json
 from posx.tracking.base import RunRef, Tracker
 
 log = logging.getLogger(__name__)
@@ -127,11 +127,12 @@ class Trackers:
             self.close("failed")
 
 
-def _ref(cfg: DictConfig, run_dir: Path, ident: Mapping[str, Any], sweep: Path | None) -> RunRef:
+def _ref(cfg: DictConfig, run: SavedRun, ident: Mapping[str, Any], sweep: Path | None) -> RunRef:
+    run_dir = run.path
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     tags = {k: str(ident[k]) for k in ("encoding", "task", "model", "seed", "train_length")}
-    tags["fingerprint"] = run_fingerprint(run_dir, cfg)
+    tags["fingerprint"] = run.fingerprint_with(cfg)
     tags["run_dir"] = str(run_dir.resolve())
     return RunRef(
         run_dir=run_dir,
@@ -186,7 +187,7 @@ def open_trackers(
         "seed": cfg.seed,
         "train_length": cfg.train.length,
     }
-    ref = _ref(cfg, run_dir, ident, sweep_dir)
+    ref = _ref(cfg, SavedRun(run_dir), ident, sweep_dir)
     states = _states(run_dir)
     opened: list[Tracker] = []
     try:
@@ -201,21 +202,21 @@ def open_trackers(
     return Trackers(opened)
 
 
-def log_eval_rows(run_dir: Path, rows: list[dict[str, Any]]) -> list[str]:
-    """Sends eval rows written after training (``posx eval``) to the run's trackers.
+def log_eval_rows(run: SavedRun, rows: list[dict[str, Any]]) -> list[str]:
+    """Sends eval rows written after training (``posx eval``) to the saved run's trackers.
 
     Returns:
         Warnings: a tracker that is not installed here or failed (the rows are in eval.csv).
     """
     try:
-        cfg = run_config(run_dir)
+        cfg = run.config
         chosen = selected(cfg)
     except PosxError as err:
         return [f"eval rows not sent to trackers: {err}"]
     if not chosen:
         return []
     try:
-        ref = _ref(cfg, run_dir, run_info(run_dir), None)
+        ref = _ref(cfg, run, run.info, None)
     except (PosxError, KeyError, ValueError) as err:
         return [f"eval rows not sent to trackers: {one_line(err)}"]
     return send_eval_rows(chosen, ref, rows)

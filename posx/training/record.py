@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from posx.config.fingerprint import run_fingerprint
 from posx.config.run_names import run_label
 from posx.config.trust import needs_trust
 from posx.errors import Interrupted, PosxError
 from posx.runtime.distributed import World, mean_over_ranks
 from posx.runtime.precision import precision_name
+from posx.saved import SavedRun
 from posx.storage.results import SCHEMA_VERSION, write_json
 from posx.version import __version__
 
@@ -65,7 +65,7 @@ def run_meta(
     meta.update(lineage(cfg, names))
     # the whole configuration minus seed and bookkeeping, with the facts above: what
     # `posx report` groups by (it reads them back from this file)
-    meta["fingerprint"] = run_fingerprint(run_dir, cfg, meta)
+    meta["fingerprint"] = SavedRun(run_dir).fingerprint_with(cfg, meta)
     # What `posx eval/resume --trust` must allow to load this run (informative only: a
     # run's own files never grant trust; see posx.config.trust).
     meta["needs_trust"] = needs_trust(cfg)

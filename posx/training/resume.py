@@ -13,11 +13,8 @@ import torch
 from omegaconf import DictConfig
 
 from posx.errors import PosxError
-from posx.storage.checkpoint import (
-    load_checkpoint,
-    load_trainer_tensors,
-    read_weights,
-)
+from posx.saved import SavedRun
+from posx.storage.checkpoint import load_checkpoint, load_trainer_tensors
 
 
 class StopOnInterrupt:
@@ -127,8 +124,9 @@ def start_from_parent(cfg: DictConfig, model: torch.nn.Module, data_rng: torch.G
         PosxError: The parent's checkpoint changed since ``posx extend`` checked it, is
             damaged, or does not fit the model.
     """
-    parent, recorded = Path(str(cfg.extend.parent)), str(cfg.extend.parent_sha256 or "")
-    weights, sha = read_weights(parent)
+    run, recorded = SavedRun(str(cfg.extend.parent)), str(cfg.extend.parent_sha256 or "")
+    parent = run.path
+    weights, sha = run.weights()
     if recorded and sha != recorded:
         raise PosxError(
             f"the parent run {parent} changed since this extension was started (its "
@@ -148,6 +146,6 @@ def start_from_parent(cfg: DictConfig, model: torch.nn.Module, data_rng: torch.G
             f"the parent run {parent} does not fit this extension's model: missing "
             f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
         )
-    state = load_trainer_tensors(parent)
+    state = run.trainer_tensors()
     if "data" in state:
         data_rng.set_state(state["data"])

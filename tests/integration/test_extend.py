@@ -112,16 +112,16 @@ def test_pose_spreads_positions_to_the_target(extended):
 
 
 def compose_saved(run: Path):
-    from posx.config.saved import run_config
+    from posx.saved import SavedRun
 
-    return run_config(run)
+    return SavedRun(run).config
 
 
 def test_extension_is_evaluated_with_its_scaling_by_default(cli, extended):
-    from posx.config.saved import loadable_config
+    from posx.saved import SavedRun
 
     run = extended[LABELS["yarn"]]
-    cfg = loadable_config(run, [])
+    cfg = SavedRun(run).loadable_config([])
     assert cfg.encoding.scaling.type == "yarn" and cfg.encoding.scaling.factor == 4
     result = cli("eval", str(run), "--lengths", "32", "encoding.scaling.type=none")
     assert result.returncode == 0, result.stderr
@@ -149,8 +149,8 @@ def test_step_zero_logits_equal_the_parents_final_logits(base, tmp_path):
     """The extension starts from the parent's exact weights: with its scaling off, its model at
     step 0 computes the parent's logits (and its data order goes on from the parent's)."""
     from posx.config.build import build_model
-    from posx.config.saved import loadable_config
     from posx.runs.extend import _merged, check_parent
+    from posx.saved import SavedRun
     from posx.storage.checkpoint import load_checkpoint, load_trainer_tensors
     from posx.training.loop import prepare
 
@@ -158,7 +158,7 @@ def test_step_zero_logits_equal_the_parents_final_logits(base, tmp_path):
     cfg = compose(_merged(parent, ["extension=yarn", *FT, "encoding.scaling.type=none"], []))
     trainer, step, _, _ = prepare(cfg, tmp_path)
     assert step == 0 and cfg.train.length == 64
-    saved = loadable_config(base, [])
+    saved = SavedRun(base).loadable_config([])
     original = build_model(saved, trainer.task.vocab_size)
     load_checkpoint(base, original)
     tokens = torch.randint(0, trainer.task.vocab_size, (2, 64))

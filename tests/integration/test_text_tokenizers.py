@@ -22,6 +22,7 @@ from tokenizers import Tokenizer
 from posx.config.compose import compose
 from posx.evaluation.sweep import evaluate_run
 from posx.runs.launch import train_and_evaluate
+from posx.saved import SavedRun
 
 WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "a", "on"]
 EVAL_TEXT = 320  # eval.tokens, a multiple of every eval length (byte 20, 40; BPE 8, 16)
@@ -140,5 +141,5 @@ def test_byte_and_bpe_runs_report_exact_bits_per_byte_over_the_held_out_text(tmp
         text = hf.decode(saved["targets"][saved["mask"]].tolist()).encode()
         assert text == held_out[1 : 1 + bpe_bytes[0]]
     # Evaluated again from the run directory (tokenizer from the cache): the same numbers.
-    rows = evaluate_run(bpe, [8, 16])
+    rows = evaluate_run(SavedRun(bpe), [8, 16])
     assert [r["bpb"] for r in rows] == pytest.approx(frames["bpe"]["bpb"].tolist(), rel=1e-9)

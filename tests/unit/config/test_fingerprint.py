@@ -15,10 +15,9 @@ from posx.config.fingerprint import (
     config_fingerprint,
     flat_config,
     identity_config,
-    run_fingerprint,
-    saved_config,
 )
 from posx.report import make_report
+from posx.saved import SavedRun
 
 REPO = Path(__file__).resolve().parents[3]
 BASE = {
@@ -150,9 +149,9 @@ def test_fingerprint_is_stable_across_yaml_and_number_spelling(tmp_path):
         changed(train__steps=32)
     )  # interpolations are resolved first
     run = write_run(tmp_path, "run", BASE)
-    assert run_fingerprint(run) == a  # from the saved file, as `posx report` computes it
-    assert run_fingerprint(tmp_path / "no_run", OmegaConf.create(BASE)) == a
-    assert run_fingerprint(tmp_path / "no_run") == ""
+    assert SavedRun(run).fingerprint == a  # from the saved file, as `posx report` computes it
+    assert SavedRun(tmp_path / "no_run").fingerprint_with(OmegaConf.create(BASE)) == a
+    assert SavedRun(tmp_path / "no_run").fingerprint == ""
 
 
 # --- what `auto` resolved to, and the data: recorded in run.json ---------------------------------
@@ -183,9 +182,9 @@ def test_a_gpu_bf16_run_and_a_cpu_fp32_run_are_not_averaged(tmp_path):
                "device": device, "precision": precision}  # fmt: skip
         pd.DataFrame([row]).to_csv(run / "eval.csv", index=False)
         runs[precision] = run
-    assert saved_config(runs["bf16"]).train.precision == "bf16"
-    assert saved_config(runs["fp32"]).eval.precision == "fp32"
-    assert run_fingerprint(runs["bf16"]) != run_fingerprint(runs["fp32"])
+    assert SavedRun(runs["bf16"]).recorded_config.train.precision == "bf16"
+    assert SavedRun(runs["fp32"]).recorded_config.eval.precision == "fp32"
+    assert SavedRun(runs["bf16"]).fingerprint != SavedRun(runs["fp32"]).fingerprint
     (table,) = make_report(tmp_path, metric="loss").tables
     assert len(table.rows) == 2 and all(n == 1 for n in table.n.values())
     assert any("precision=bf16" in row for row in table.rows), table.rows
@@ -202,21 +201,21 @@ TEXT = {"corpus": "c.txt", "corpus_bytes": 9998, "corpus_crc32": 3968216753, "va
 def test_the_data_a_run_read_is_in_its_identity(tmp_path, change):
     """The same ``task.corpus`` can hold other text (``stdlib`` is the running Python's, a file
     or a dataset can change): the checksums run.json records tell the runs apart."""
-    same = run_fingerprint(write_run(tmp_path, "a", BASE, {"task_info": TEXT}))
-    assert run_fingerprint(write_run(tmp_path, "b", BASE, {"task_info": TEXT})) == same
+    same = SavedRun(write_run(tmp_path, "a", BASE, {"task_info": TEXT})).fingerprint
+    assert SavedRun(write_run(tmp_path, "b", BASE, {"task_info": TEXT})).fingerprint == same
     other = write_run(tmp_path, "c", BASE, {"task_info": {**TEXT, **change}})
-    assert run_fingerprint(other) != same
-    assert saved_config(other).data == {
+    assert SavedRun(other).fingerprint != same
+    assert SavedRun(other).recorded_config.data == {
         **{k: TEXT[k] for k in TEXT if k.endswith(("crc32", "bytes"))},
         **change,
     }
     # what only describes the data (its name, the length mapping) is not more identity
     relabelled = write_run(tmp_path, "d", BASE, {"task_info": {**TEXT, "length_mapping": "x"}})
-    assert run_fingerprint(relabelled) == same
+    assert SavedRun(relabelled).fingerprint == same
 
 
 def test_a_run_that_recorded_nothing_keeps_its_fingerprint(tmp_path):
     """Runs from before these records (no run.json facts) group as before: only their config."""
     old = write_run(tmp_path, "old", BASE, {"run": "old", "fingerprint": "917f7eede82b"})
-    assert run_fingerprint(old) == config_fingerprint(BASE)
-    assert "data" not in saved_config(old)
+    assert SavedRun(old).fingerprint == config_fingerprint(BASE)
+    assert "data" not in SavedRun(old).recorded_config

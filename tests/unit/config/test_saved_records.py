@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from posx.config.saved import loadable_config
 from posx.runs.evaluation import evaluate_runs
+from posx.saved import SavedRun
 
 
 def record(run: Path, **fields) -> None:
@@ -22,7 +22,7 @@ def test_auto_eval_precision_is_the_one_the_run_recorded(copy_run):
     the end of its training; its rows match the identity its run.json gives it."""
     run = copy_run()
     record(run, eval_precision="bf16")
-    assert loadable_config(run, []).eval.precision == "bf16"
+    assert SavedRun(run).loadable_config([]).eval.precision == "bf16"
     (rows,) = evaluate_runs([run], [16], [], device="cpu").values()
     assert rows[0]["precision"] == "bf16" and rows[0]["device"] == "cpu"
     assert rows[0]["overrides"] == ""
@@ -33,7 +33,7 @@ def test_auto_eval_precision_is_the_one_the_run_recorded(copy_run):
 def test_an_eval_precision_override_wins_and_is_recorded(copy_run):
     run = copy_run()
     record(run, eval_precision="bf16")
-    assert loadable_config(run, ["eval.precision=fp32"]).eval.precision == "fp32"
+    assert SavedRun(run).loadable_config(["eval.precision=fp32"]).eval.precision == "fp32"
     (rows,) = evaluate_runs([run], [16], ["eval.precision=auto"], device="cpu").values()
     assert rows[0]["precision"] == "fp32"  # auto on this device, asked for by the user
     assert rows[0]["overrides"] == "eval.precision=auto"
@@ -46,6 +46,6 @@ def test_a_run_that_recorded_no_precision_resolves_auto_where_it_runs(copy_run):
     info.pop("eval_precision", None)
     info.pop("train_precision", None)
     (run / "run.json").write_text(json.dumps(info))
-    assert loadable_config(run, []).eval.precision == "auto"
+    assert SavedRun(run).loadable_config([]).eval.precision == "auto"
     (rows,) = evaluate_runs([run], [16], [], device="cpu").values()
     assert rows[0]["precision"] == "fp32"

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import posx.config.saved as saved
+import posx.saved.run as saved_run
 from posx.config.compose import compose
 from posx.config.validate import validate
 from posx.errors import ConfigError
+from posx.saved import SavedRun
 
 
 def test_heads_that_do_not_divide_the_width_keep_the_config_message():
@@ -47,19 +48,23 @@ def test_checks_keep_their_order():
 
 def test_check_loadable_checks_trust_then_identity_naming_the_source(monkeypatch):
     calls = []
-    monkeypatch.setattr(saved, "check_trusted", lambda *args: calls.append(("trust", *args)))
-    monkeypatch.setattr(saved, "check_identity", lambda *args: calls.append(("identity", *args)))
-    run, cfg = Path("RUN"), object()
+    monkeypatch.setattr(saved_run, "check_trusted", lambda *args: calls.append(("trust", *args)))
+    monkeypatch.setattr(
+        saved_run, "check_identity", lambda *args: calls.append(("identity", *args[:3]))
+    )
+    run, cfg = SavedRun(Path("RUN")), object()
+    run.__dict__["trainer_state"] = {}  # its checkpoint's trainer.json, as if read already
     info = {"needs_trust": ["mypkg"]}
-    saved.check_loadable(run, cfg, run / ".hydra/config.yaml", ("x",), info)
-    saved.check_loadable(run, cfg, run / ".hydra/overrides.yaml", (), {}, composed=True)
+    run.check_loadable(cfg, run.path / ".hydra/config.yaml", ("x",), info)
+    run.check_loadable(cfg, run.path / ".hydra/overrides.yaml", (), {}, composed=True)
     old = {"run": "r", "seed": 0}  # run.json of a run trained before needs_trust existed
-    saved.check_loadable(run, cfg, run / ".hydra/config.yaml", (), old)
+    run.check_loadable(cfg, run.path / ".hydra/config.yaml", (), old)
+    path = run.path
     assert calls == [
         ("trust", cfg, ("x",), "RUN/.hydra/config.yaml", ["mypkg"], False),
-        ("identity", run, cfg, "RUN/.hydra/config.yaml"),
+        ("identity", path, cfg, "RUN/.hydra/config.yaml"),
         ("trust", cfg, (), "RUN/.hydra/overrides.yaml", [], False),
-        ("identity", run, cfg, "RUN/.hydra/overrides.yaml (composed with posx's configs)"),
+        ("identity", path, cfg, "RUN/.hydra/overrides.yaml (composed with posx's configs)"),
         ("trust", cfg, (), "RUN/.hydra/config.yaml", [], True),
-        ("identity", run, cfg, "RUN/.hydra/config.yaml"),
+        ("identity", path, cfg, "RUN/.hydra/config.yaml"),
     ]

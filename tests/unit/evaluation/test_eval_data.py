@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from posx.evaluation.data import eval_set, results_root
+from posx.evaluation.data import eval_set
+from posx.storage.results import results_root
 from posx.tasks.base import Batch
 from posx.tasks.synthetic.copy import CopyTask
 from posx.tasks.text import TextTask

@@ -13,6 +13,7 @@ from posx.config.build import build_model, build_task
 from posx.config.compose import compose
 from posx.config.saved import recorded_overrides, with_eval_defaults
 from posx.evaluation.sweep import evaluate_run
+from posx.saved import SavedRun
 from posx.tasks.base import Batch
 
 TINY = ["task=copy", "model.d_model=32", "model.n_heads=4", "model.n_layers=1", "train.length=16"]
@@ -32,7 +33,7 @@ def make_run(tmp_path: Path, *extra: str):
 
 
 def evaluate(run, model, task, cfg, lengths, **kw):
-    return evaluate_run(run, lengths, model=model, task=task, cfg=cfg, **kw)
+    return evaluate_run(SavedRun(run), lengths, model=model, task=task, cfg=cfg, **kw)
 
 
 @pytest.mark.parametrize("mode", ["eval.mode=full", "eval.mode=sliding"])

@@ -13,6 +13,7 @@ from posx import tracking
 from posx.config.compose import compose
 from posx.config.fingerprint import config_fingerprint
 from posx.errors import ConfigError
+from posx.saved import SavedRun
 from posx.tracking import check_loggers, log_eval_rows, open_trackers
 from posx.tracking.base import variant
 from posx.tracking.mlflow import metric_key
@@ -80,7 +81,7 @@ def log_eval_rows_for(run: Path, cfg, rows: list[dict]) -> list[str]:
     (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     ident = {"encoding": "rope", "task": "copy", "model": "tiny", "seed": 0, "train_length": 16}
     (run / "run.json").write_text(json.dumps({"schema_version": 1, "run": run.name, **ident}))
-    return log_eval_rows(run, rows)
+    return log_eval_rows(SavedRun(run), rows)
 
 
 def test_missing_package_is_one_line_naming_the_extra(tmp_path, monkeypatch, cli):

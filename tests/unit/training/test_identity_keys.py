@@ -14,6 +14,7 @@ from posx.config.compose import compose
 from posx.evaluation.sweep import evaluate_run
 from posx.kernels.flex import FLEX_AVAILABLE
 from posx.model import attention
+from posx.saved import SavedRun
 from posx.training.loop import train
 
 TINY = [
@@ -39,7 +40,9 @@ def numbers(tmp_path: Path, name: str, *overrides: str) -> dict[str, list[float]
     """Training losses and gradient norms, eval losses, and the final weights of a run."""
     cfg = compose([*TINY, *overrides])
     result = train(cfg, tmp_path / name, NAMES)
-    rows = evaluate_run(tmp_path / name, LENGTHS, model=result.model, task=result.task, cfg=cfg)
+    rows = evaluate_run(
+        SavedRun(tmp_path / name), LENGTHS, model=result.model, task=result.task, cfg=cfg
+    )
     metrics = pd.read_csv(tmp_path / name / "metrics.csv")
     weights = torch.cat([p.detach().flatten() for p in result.model.parameters()])
     return {

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from posx.config.compose import compose
-from posx.config.fingerprint import run_fingerprint
 from posx.errors import Interrupted, PosxError
 from posx.runtime.distributed import World
+from posx.saved import SavedRun
 from posx.training.record import RunRecord, run_meta
 
 META = {"run": "r", "parameters": 3}
@@ -72,7 +72,7 @@ def test_run_meta_records_what_auto_precision_resolved_to(tmp_path, device, reso
     cfg = compose(["task=copy", "train.length=16"])
     meta = run_meta(cfg, tmp_path, NAMES, {}, torch.device(device))
     assert (meta["train_precision"], meta["eval_precision"]) == (resolved, resolved)
-    assert meta["fingerprint"] == run_fingerprint(tmp_path, cfg, meta)
+    assert meta["fingerprint"] == SavedRun(tmp_path).fingerprint_with(cfg, meta)
     explicit = compose(["task=copy", "train.length=16", "eval.precision=fp16"])
     assert run_meta(explicit, tmp_path, NAMES, {}, torch.device(device))["eval_precision"] == "fp16"
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from posx.config.compose import CONFIG_DIR, compose
-from posx.config.fingerprint import run_fingerprint
 from posx.evaluation.sweep import evaluate_run
+from posx.saved import SavedRun
 from posx.training.loop import train
 
 ENCODINGS = sorted(p.stem for p in (CONFIG_DIR / "encoding").glob("*.yaml"))
@@ -69,10 +69,12 @@ def test_fp16_with_a_gradient_scaler_and_fused_adamw_track_fp32(tmp_path: Path):
 def test_eval_rows_record_the_precision_that_ran(tmp_path: Path):
     cfg = compose([*TINY, "encoding=rope", "eval.lengths=[16]", "eval.tokens=64"])
     result = train(cfg, tmp_path, NAMES)
-    rows = evaluate_run(tmp_path, [16], model=result.model, task=result.task, cfg=cfg)
+    rows = evaluate_run(SavedRun(tmp_path), [16], model=result.model, task=result.task, cfg=cfg)
     assert rows[0]["precision"] == "fp32"  # auto on the CPU
     cfg.eval.precision = "bf16"
-    rows_bf16 = evaluate_run(tmp_path, [16], model=result.model, task=result.task, cfg=cfg)
+    rows_bf16 = evaluate_run(
+        SavedRun(tmp_path), [16], model=result.model, task=result.task, cfg=cfg
+    )
     assert rows_bf16[0]["precision"] == "bf16"
     assert rows_bf16[0]["loss"] == pytest.approx(rows[0]["loss"], rel=0.02)
     assert rows_bf16[0]["loss"] != rows[0]["loss"]  # bf16 really ran
@@ -102,4 +104,4 @@ def test_run_json_records_the_precision_auto_resolved_to(tmp_path: Path):
     train(cfg, tmp_path, NAMES)
     info = json.loads((tmp_path / "run.json").read_text())
     assert (info["train_precision"], info["eval_precision"]) == ("fp32", "fp32")
-    assert info["fingerprint"] == run_fingerprint(tmp_path, cfg)
+    assert info["fingerprint"] == SavedRun(tmp_path).fingerprint_with(cfg)
