@@ -4,7 +4,7 @@ changed since training. :class:`posx.saved.SavedRun` reads the run's files and a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,15 @@ from posx.runtime.precision import PRECISIONS
 PROTOCOL_KEYS = ("eval.mode", "eval.window", "eval.stride", "eval.buckets", "eval.batch_tokens")
 
 
-def typed_config(path: Path, run_dir: Path) -> DictConfig:
+def typed_config(
+    path: Path, run_dir: Path, load: Callable[[Path], Any] = OmegaConf.load
+) -> DictConfig:
     """A run's saved config file (``.hydra/config.yaml``), typed by posx's schema.
 
     Args:
         path: The file.
         run_dir: The run it belongs to (named when there is no file).
+        load: Parses the file (a caller that has parsed it already returns its copy).
 
     Raises:
         ConfigError: No saved config.
@@ -38,7 +41,7 @@ def typed_config(path: Path, run_dir: Path) -> DictConfig:
     if not path.is_file():
         raise ConfigError(f"not a posx run directory (no .hydra/config.yaml): {run_dir}")
     try:
-        cfg = OmegaConf.load(path)
+        cfg = load(path)
         if not isinstance(cfg, DictConfig):
             raise ValueError(f"a mapping of settings was expected, found {type(cfg).__name__}")
         missing = [k for k in ("model", "train", "eval", "encoding", "task") if k not in cfg]

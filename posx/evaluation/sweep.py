@@ -32,7 +32,6 @@ from posx.positions import PositionStrategy
 from posx.runtime.distributed import pick_device
 from posx.runtime.precision import autocast_context, precision_name
 from posx.saved import SavedRun
-from posx.storage.checkpoint import load_checkpoint
 from posx.storage.results import SCHEMA_VERSION, merge_rows
 from posx.tasks.base import Batch, Task
 from posx.tasks.text import UnsupportedLength, sequences_for
@@ -225,7 +224,7 @@ def evaluate_run(
         cfg = run.loadable_config(overrides, trust)
         task = build_task(cfg, run.results_root)
         model = build_model(cfg, task.vocab_size)
-        load_checkpoint(run.path, model)
+        run.load_into(model)
         model.to(pick_device(device))
     dev = next(model.parameters()).device
     cache = cache_dir or run.results_root / CACHE_DIR

@@ -51,11 +51,12 @@ from posx.storage.checkpoint import (
     checkpoint_dir,
     checkpoint_state,
     load_trainer_tensors,
+    load_weights,
     parameter_shapes,
     read_weights,
-    verify_checkpoint,
+    verify_headers,
 )
-from posx.storage.results import load_json_object, results_root, run_info
+from posx.storage.results import check_run_info, read_run_info, results_root
 
 INFO = "run.json"
 CONFIG = ".hydra/config.yaml"
@@ -107,6 +108,10 @@ class SavedRun:
     # -- what the directory records -----------------------------------------------------------
 
     @cached_property
+    def _info_read(self) -> dict[str, Any] | BaseException:
+        return read_run_info(self.path)
+
+    @property
     def info(self) -> dict[str, Any]:
         """``run.json``.
 
@@ -114,7 +119,7 @@ class SavedRun:
             ConfigError: The run has none.
             PosxError: It is damaged, or was written by a newer posx.
         """
-        return run_info(self.path)
+        return check_run_info(self.path, self._info_read)
 
     @property
     def info_if_any(self) -> dict[str, Any]:
@@ -122,23 +127,20 @@ class SavedRun:
         damaged one is still refused."""
         return self.info if (self.path / INFO).is_file() else {}
 
-    @cached_property
-    def _lenient_info(self) -> tuple[dict[str, Any], str | None]:
-        try:
-            return load_json_object(self.path / INFO), None
-        except (OSError, ValueError) as err:
-            return {}, (str(err).strip().splitlines() or [type(err).__name__])[0]
-
     @property
     def recorded(self) -> dict[str, Any]:
         """``run.json`` as far as it can be read: ``{}`` when it is missing or damaged (a report
         reads what it can; the commands that load a run refuse a damaged one first)."""
-        return self._lenient_info[0]
+        read = self._info_read
+        return read if isinstance(read, dict) else {}
 
     @property
     def info_error(self) -> str | None:
         """Why ``run.json`` cannot be read (missing, not JSON, not an object), else None."""
-        return self._lenient_info[1]
+        read = self._info_read
+        if isinstance(read, dict):
+            return None
+        return (str(read).strip().splitlines() or [type(read).__name__])[0]
 
     @cached_property
     def config(self) -> DictConfig:
@@ -150,14 +152,31 @@ class SavedRun:
         """
         if not self.path.is_dir():
             raise ConfigError(f"run directory does not exist: {self.path}")
-        return typed_config(self.path / CONFIG, self.path)
+        return typed_config(self.path / CONFIG, self.path, lambda _: self._loaded_config())
 
     @cached_property
-    def _raw_config(self) -> DictConfig | None:
+    def _config_read(self) -> Any:
+        """``.hydra/config.yaml`` parsed once: what it holds, or the error that parsing raised
+        (each reader words it as it always has); None when there is no file."""
         path = self.path / CONFIG
         if not path.is_file():
             return None
-        cfg = OmegaConf.load(path)
+        try:
+            return OmegaConf.load(path)
+        except Exception as err:  # noqa: BLE001 - kept, and raised to each reader
+            return _Failed(err)
+
+    def _loaded_config(self) -> Any:
+        read = self._config_read
+        if isinstance(read, _Failed):
+            raise read.error
+        return copy.deepcopy(read)  # each reader may change its own
+
+    @property
+    def _raw_config(self) -> DictConfig | None:
+        if self._config_read is None:
+            return None
+        cfg = self._loaded_config()
         return cfg if isinstance(cfg, DictConfig) else None
 
     @cached_property
@@ -257,17 +276,19 @@ class SavedRun:
             return False
         return True
 
-    def verify_checkpoint(self, resume: bool = False) -> Path:
-        """The checkpoint directory, once the files evaluation (``resume``: also resuming)
-        reads have readable headers.
+    def verify_checkpoint(self, resume: bool = False) -> None:
+        """Refuses a checkpoint whose ``trainer.json`` or the safetensors headers evaluation
+        (``resume``: also resuming) reads are damaged: cheap, so a command can refuse a damaged
+        run before any work.
 
         Raises:
             PosxError: No checkpoint, or a damaged file (naming it).
         """
         key = f"_verified_{resume}"
         if key not in self.__dict__:
-            self.__dict__[key] = verify_checkpoint(self.path, resume=resume)
-        return self.__dict__[key]
+            self.trainer_state  # noqa: B018 - trainer.json first, as always
+            self.__dict__["shapes"] = verify_headers(self.path, resume=resume)
+            self.__dict__[key] = True
 
     @cached_property
     def trainer_state(self) -> dict[str, Any]:
@@ -278,6 +299,14 @@ class SavedRun:
     def shapes(self) -> dict[str, list[int]]:
         """Every weight's shape in the checkpoint, from the safetensors header only."""
         return parameter_shapes(self.path)
+
+    def load_into(self, model: torch.nn.Module) -> None:
+        """Loads the checkpoint's weights into ``model`` (built from the run's config).
+
+        Raises:
+            PosxError: A damaged file, or weights that do not fit ``model``.
+        """
+        load_weights(self.path, model, self.shapes)
 
     def weights(self) -> tuple[dict[str, torch.Tensor], str]:
         """The checkpoint's weights and the SHA-256 of the bytes they were read from (not kept:
@@ -448,6 +477,13 @@ class SavedRun:
                     f"{path} is a symbolic link, which resuming would write through; replace it "
                     "with a regular file (or remove it) to resume"
                 )
+
+
+class _Failed:
+    """A file that could not be parsed: its error, raised again to each reader."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 def _load_run_yaml(path: Path, key: str | None = None) -> Any:

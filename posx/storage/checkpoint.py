@@ -196,16 +196,21 @@ def check_identity(
         )
 
 
-def verify_checkpoint(run_dir: Path, resume: bool = False) -> Path:
-    """The run's checkpoint directory, after checking that the files evaluation (``resume``:
-    also resuming) reads are readable: headers only, so cheap; a command can then refuse a
-    damaged run before doing any work."""
+def verify_headers(run_dir: Path, resume: bool = False) -> dict[str, list[int]]:
+    """Checks that the safetensors files evaluation (``resume``: also resuming) reads have
+    readable headers (cheap: a command can refuse a damaged run before any work); returns the
+    weights' shapes.
+
+    Raises:
+        PosxError: No checkpoint, or a truncated or corrupt file (naming it).
+    """
     path = checkpoint_dir(run_dir)
-    _trainer_state(path, run_dir)
-    files = sorted(path.glob("*.safetensors")) if resume else [path / "model.safetensors"]
-    for file in files:
-        _tensor_shapes(file, run_dir)
-    return path
+    shapes = _tensor_shapes(path / "model.safetensors", run_dir)
+    if resume:
+        for file in sorted(path.glob("*.safetensors")):
+            if file.name != "model.safetensors":
+                _tensor_shapes(file, run_dir)
+    return shapes
 
 
 def parameter_shapes(run_dir: Path) -> dict[str, list[int]]:
@@ -220,10 +225,12 @@ def load_trainer_tensors(run_dir: Path) -> dict[str, torch.Tensor]:
     return _read_tensors(path, run_dir) if path.is_file() else {}
 
 
-def _check_shapes(run_dir: Path, model: torch.nn.Module, path: Path) -> None:
+def _check_shapes(
+    run_dir: Path, model: torch.nn.Module, path: Path, shapes: dict[str, list[int]] | None = None
+) -> None:
     """Names the first parameter whose shape differs between checkpoint and config."""
     expected = {k: list(v.shape) for k, v in model.state_dict().items()}
-    for name, shape in _tensor_shapes(path, run_dir).items():
+    for name, shape in (shapes or _tensor_shapes(path, run_dir)).items():
         if name in expected and shape != expected[name]:
             raise PosxError(
                 f"checkpoint in {run_dir} does not fit its config: {name} is "
@@ -243,7 +250,34 @@ def load_checkpoint(
     """
     path = checkpoint_dir(run_dir)
     state = _trainer_state(path, run_dir)
-    _check_shapes(run_dir, model, path / "model.safetensors")
+    load_weights(run_dir, model)
+    if optimizer is not None:
+        tensors = _read_tensors(path / "optimizer.safetensors", run_dir)
+        meta = state["optimizer"]
+        slots: dict[int, dict[str, Any]] = {}
+        for key, value in {**tensors, **meta["scalars"]}.items():
+            pid, name = key.split(".", 1)
+            slots.setdefault(int(pid), {})[name] = value
+        optimizer.load_state_dict({"state": slots, "param_groups": meta["param_groups"]})
+    return state
+
+
+def load_weights(
+    run_dir: Path, model: torch.nn.Module, shapes: dict[str, list[int]] | None = None
+) -> None:
+    """Loads the checkpoint's weights into ``model`` (what evaluation needs: no optimizer, no
+    trainer state).
+
+    Args:
+        run_dir: The run directory.
+        model: The model built from the run's config.
+        shapes: The weights' shapes when the caller has read the header already.
+
+    Raises:
+        PosxError: A missing, truncated or corrupt file, or one that does not fit ``model``.
+    """
+    path = checkpoint_dir(run_dir)
+    _check_shapes(run_dir, model, path / "model.safetensors", shapes)
     try:
         missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
     except (OSError, ValueError, RuntimeError, SafetensorError) as err:
@@ -255,15 +289,6 @@ def load_checkpoint(
             f"checkpoint in {run_dir} does not fit its config: missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]}"
         )
-    if optimizer is not None:
-        tensors = _read_tensors(path / "optimizer.safetensors", run_dir)
-        meta = state["optimizer"]
-        slots: dict[int, dict[str, Any]] = {}
-        for key, value in {**tensors, **meta["scalars"]}.items():
-            pid, name = key.split(".", 1)
-            slots.setdefault(int(pid), {})[name] = value
-        optimizer.load_state_dict({"state": slots, "param_groups": meta["param_groups"]})
-    return state
 
 
 def read_weights(run_dir: Path) -> tuple[dict[str, torch.Tensor], str]:

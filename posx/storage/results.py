@@ -54,17 +54,35 @@ def load_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
-def run_info(run_dir: Path) -> dict[str, Any]:
-    """``run.json``: the run's name, encoding, task, seed and lengths."""
+def read_run_info(run_dir: Path) -> dict[str, Any] | BaseException:
+    """``run.json`` read once: the object, or the error that refuses it (:func:`check_run_info`
+    raises it), so that a reader that takes what it can and one that refuses damage share one
+    read."""
     path = run_dir / "run.json"
     if not path.is_file():
-        raise ConfigError(f"not a posx run directory (no run.json): {run_dir}")
+        return ConfigError(f"not a posx run directory (no run.json): {run_dir}")
     try:
-        info = load_json_object(path)
+        return load_json_object(path)
     except (OSError, ValueError) as err:
+        return err
+
+
+def check_run_info(run_dir: Path, read: dict[str, Any] | BaseException) -> dict[str, Any]:
+    """``run.json`` as :func:`read_run_info` read it, once it is known to be whole and of a
+    schema this posx reads.
+
+    Raises:
+        ConfigError: The run has no ``run.json``.
+        PosxError: It is damaged, or written by a newer posx (one line naming it).
+    """
+    path = run_dir / "run.json"
+    if isinstance(read, ConfigError):
+        raise read
+    if isinstance(read, BaseException):
         raise PosxError(
-            f"{path} is damaged ({one_line(err)}); restore it from a backup, or move the run aside"
-        ) from err
+            f"{path} is damaged ({one_line(read)}); restore it from a backup, or move the run aside"
+        ) from read
+    info = read
     if info.get("schema_version", 0) > SCHEMA_VERSION:
         raise PosxError(
             f"{path} was written by a newer posx (schema {info['schema_version']} > "
