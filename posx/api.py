@@ -39,6 +39,7 @@ from posx.runs import evaluate_runs, select_runs, train_and_evaluate
 from posx.runs.launch import mark_failed
 from posx.runs.overrides import eval_lengths_override
 from posx.runs.preflight import check_buildable
+from posx.saved import SavedRun
 from posx.storage.results import atomic_write
 
 __all__ = ["compose", "evaluate", "load_results", "report", "train"]
@@ -111,7 +112,7 @@ def train(cfg: DictConfig) -> Path:
 
 
 def evaluate(
-    run: str | Path,
+    run: str | Path | SavedRun,
     lengths: Sequence[int] | None = None,
     overrides: Sequence[str] = (),
     device: str = "auto",
@@ -125,7 +126,7 @@ def evaluate(
     ``trust``, and ``POSX_TRUST``.
 
     Args:
-        run: The run directory.
+        run: The run directory, or a run opened as :class:`posx.saved.SavedRun`.
         lengths: Eval lengths, strictly increasing.
         overrides: Eval-time overrides (``"encoding.scaling.type=yarn"``), recorded per row.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
@@ -142,7 +143,7 @@ def evaluate(
             ``trust=[...]`` allows it.
         PosxError: Not a trained run, or a length it cannot be evaluated at.
     """
-    run_dir = Path(run)
+    saved = SavedRun.of(run)
     # eval.lengths=[...] is the lengths to evaluate, as `posx eval` reads it
     lengths_, overrides = eval_lengths_override(overrides, list(lengths) if lengths else None)
     given = _live(_COMPOSED_DIRS) if config_dirs is None else list(config_dirs)
@@ -150,7 +151,7 @@ def evaluate(
     with trust_wording(api_trust):  # refusals say trust=[...], not the CLI's --trust
         # the checks `posx eval RUN` makes before any work (a run, with a checkpoint, trusted);
         # the run is opened here once, and every later step asks the opened run
-        chosen = select_runs([run_dir], run_dir.parent, list(overrides), trusted)
+        chosen = select_runs([saved], saved.path.parent, list(overrides), trusted)
         done = evaluate_runs(chosen.runs, lengths_, list(overrides), device, trust=trusted)
     return pd.DataFrame(done[chosen.runs[0]])
 

@@ -125,3 +125,11 @@ def test_a_real_extension_and_a_pretrained_record_say_their_kind(copy_run):
     info["parent"] = {"run": "base", "fingerprint": "f"}
     (run.path / "run.json").write_text(json.dumps(info))
     assert SavedRun(run.path).kind is RunKind.EXTENSION
+
+
+def test_the_python_api_takes_an_opened_run(copy_run):
+    import posx
+
+    run = SavedRun(copy_run())
+    rows = posx.evaluate(run, [16], device="cpu")
+    assert list(rows["eval_length"]) == [16] and (run.path / "eval.csv").is_file()
