@@ -22,7 +22,8 @@ PER_POSITION = {"loss": "loss", "bpb": "bpb", "ppl": "ppl", "acc": "acc"}
 def _row_key(frame: pd.DataFrame) -> pd.Series:
     """One string per (run, overrides, mode, length, window, stride): an eval row's identity."""
     parts = [frame[c].astype(str) for c in ("run_dir", "overrides", "mode", "eval_length")]
-    parts += [frame[c].map(show) if c in frame else pd.Series("", index=frame.index)
+    # as text whatever pandas infers (an empty frame's mapped column is int64, not text)
+    parts += [frame[c].map(show).astype(str) if c in frame else pd.Series("", index=frame.index)
               for c in ("window", "stride")]  # fmt: skip
     key = parts[0]
     for p in parts[1:]:

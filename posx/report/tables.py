@@ -20,7 +20,7 @@ from posx.report.chance import LEARNED, NOT_LEARNED, above_chance, learned_rows
 from posx.report.data import IDENTITY, lower_is_better, metric_by_task, normalize
 from posx.report.labels import Remarks, label_rows, table_keys
 from posx.report.protocols import add_ratio
-from posx.report.units import metric_label
+from posx.report.units import fixed, metric_label
 
 
 def row_keys(by: Sequence[str]) -> list[str]:
@@ -274,8 +274,8 @@ def fmt_value(cell: Cell, digits: int = 3) -> str:
     if cell.n == 0:
         return "—" if cell.status == "missing" else cell.status
     if cell.n == 1 or math.isnan(cell.std):
-        return f"{cell.mean:.{digits}f}"
-    return f"{cell.mean:.{digits}f} ± {cell.std:.{digits}f}"
+        return fixed(cell.mean, digits)
+    return f"{fixed(cell.mean, digits)} ± {fixed(cell.std, digits)}"
 
 
 def fmt_ratio(cell: Cell, length: int, train_length: int) -> str:
@@ -283,7 +283,7 @@ def fmt_ratio(cell: Cell, length: int, train_length: int) -> str:
     the training length itself."""
     if cell.n == 0 or math.isnan(cell.ratio) or length == train_length:
         return ""
-    return f"×{cell.ratio:.2f}"
+    return f"×{fixed(cell.ratio, 2)}"
 
 
 def cell_parts(table: WideTable, row: str, length: int, digits: int, ratio: bool) -> tuple:

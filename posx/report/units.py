@@ -54,9 +54,16 @@ def auto_metric(row: Mapping[str, Any]) -> str:
     return "loss"
 
 
+def fixed(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals, never ``-0.000``: a value that rounds to zero has no
+    sign (a mean of -0.0, or -1e-9 from a float sum, is zero to the reader)."""
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def format_metric(metric: str, value: float, digits: int = 3) -> str:
     """``1.234 bits/byte``, ``0.870 exact_match (fraction of sequences)``."""
-    text = f"{value:.{digits}f}"
+    text = fixed(value, digits)
     if metric in ("loss", "bpb"):
         return f"{text} {unit(metric)}"
     return f"{text} {metric} ({unit(metric)})"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from posx.report.units import NAMES, auto_metric, unit
+from posx.report.units import NAMES, auto_metric, fixed, unit
 from posx.training.progress import duration
 
 
@@ -41,9 +41,9 @@ def eval_table(rows: Sequence[dict[str, Any]], train_length: int) -> list[str]:
             lines.append(f"{head}  {r['status']}: {r.get('reason') or 'no reason recorded'}")
             continue
         value = float(r[metric])
-        text = f"{head}  {value:.4f}"
+        text = f"{head}  {fixed(value, 4)}"
         if ratios and r["eval_length"] != train_length:
-            text += f"  ×{value / reference:.2f}"
+            text += f"  ×{fixed(value / reference, 2)}"
         lines.append(text)
     return lines
 

@@ -276,3 +276,22 @@ def test_a_cached_model_is_found_offline_and_records_its_commit(cli, models, tmp
     assert info["revision"] == commit and info["model_id"] == "tiny/llama"
     missing = cli("eval", "hf:tiny/llama", "--revision", "v2", "--root", str(tmp_path))
     assert_one_line_error(missing, 2, "model tiny/llama is not a directory and not in the local")
+
+
+def test_report_takes_every_task_and_metric_a_root_holds(cli, models, tmp_path):
+    """`posx report --task passkey --metric exact_match` (docs/pretrained.md's command) ended in a
+    pandas traceback when no position bucket was left to plot; a passkey cell read -0.000."""
+    root = tmp_path / "results"
+    proc = hf_eval(cli, models, root, "--lengths", "64,128", "--passkey", "passkey.trials=1",
+                   "passkey.depths=[0,1]")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (root / "pretrained").iterdir()
+    rows = pd.read_csv(run / "eval.csv")
+    recorded = ("loss", "ppl", "bpb", "acc", "exact_match", "exact_depth_100")
+    for task, part in rows[rows["status"] == "ok"].groupby("task"):
+        for metric in (m for m in recorded if m in part and part[m].notna().all()):
+            for plot in ([], ["--plot", str(tmp_path / f"plots_{task}_{metric}")]):
+                args = ("report", "--root", str(root), "--task", task, "--metric", metric, *plot)
+                result = cli(*args)
+                assert result.returncode == 0, (args, result.stderr)
+                assert "-0.000" not in result.stdout and "×-0" not in result.stdout, args

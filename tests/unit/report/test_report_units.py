@@ -110,3 +110,11 @@ def test_position_plot_under_exact_match_says_what_it_draws(tmp_path):
     assert ax.get_ylabel() == "acc [fraction of scored tokens]"
     assert "exact_match has no per-position value" in ax.get_title().replace("\n", " ")
     assert list(ax.lines[0].get_ydata()) == pytest.approx([0.7, 0.7])
+
+
+def test_a_value_that_rounds_to_zero_has_no_sign():
+    from posx.report.units import fixed
+
+    assert [fixed(v, 3) for v in (-0.0, -1e-9, 0.0, -0.0004, -0.0006, 1.2345)] == [
+        "0.000", "0.000", "0.000", "0.000", "-0.001", "1.234"]  # fmt: skip
+    assert fixed(-0.0, 2) == "0.00" and fixed(-2.5, 2) == "-2.50"
