@@ -87,6 +87,14 @@ class RopeScaling:
         return made
 
     def validate(self) -> None:
+        """Refuses a setting of the wrong type (``factor=four``), whatever the type, so that
+        a scaling that is off never carries a value no scaling could use; then the type's own
+        rules.
+
+        Raises:
+            ValueError: One line naming the setting, its value and what it takes.
+        """
+        self._check_types()
         if self.type not in SCALING_TYPES:
             raise ValueError(
                 f"unknown RoPE scaling type {self.type!r}; choose from {', '.join(SCALING_TYPES)}"
@@ -111,6 +119,20 @@ class RopeScaling:
             )
         if self.type == "rerope" and self.rerope_window < 1:
             raise ValueError(f"ReRoPE window must be >= 1, got {self.rerope_window}")
+
+    def _check_types(self) -> None:
+        if not isinstance(self.type, str):
+            raise ValueError(f"RoPE scaling type must be a name, got {self.type!r}")
+        for name in ("factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"RoPE scaling {name} must be a number, got {value!r}")
+        for name in ("original_length", "window"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(
+                    f"RoPE scaling {name} must be a whole number or null, got {value!r}"
+                )
 
     @property
     def rerope_window(self) -> int:

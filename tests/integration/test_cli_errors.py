@@ -209,3 +209,20 @@ def test_show_config_says_what_to_write_too(cli, args, text):
     """Issue 35.3 in `posx show-config` (was "Error parsing override", "LexerNoViableAlt-
     Exception: --encoding", "Ambiguous value for argument")."""
     assert_one_line_error(cli("show-config", *args), 2, text)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ["encoding.scaling.factor=four"],  # scaling off: accepted, and a row labelled with it
+        ["encoding.scaling.type=yarn", "encoding.scaling.factor=four"],  # '>=' str and float
+        ["encoding.scaling.type=linear", "encoding.scaling.original_length=long"],
+    ],
+)
+def test_an_eval_time_setting_of_the_wrong_type_is_refused_without_a_row(cli, copy_run, settings):
+    run = copy_run()
+    before = (run / "eval.csv").read_text()
+    proc = cli("eval", str(run), "--lengths", "32", "--no-progress", *settings)
+    key = settings[-1].split("=")[0].removeprefix("encoding.scaling.")
+    assert_one_line_error(proc, 2, f"RoPE scaling {key} must be")
+    assert (run / "eval.csv").read_text() == before

@@ -307,3 +307,18 @@ def test_unknown_scaling_field_is_rejected_directly():
 def test_scaling_needs_an_original_length():
     with pytest.raises(ValueError, match="original_length"):
         RoPE(8, scaling={"type": "yarn", "factor": 4})
+
+
+@pytest.mark.parametrize(
+    ("node", "text"),
+    [
+        ({"factor": "four"}, "factor must be a number, got 'four'"),
+        ({"type": "yarn", "factor": True, "original_length": 8}, "factor must be a number"),
+        ({"type": "yarn", "beta_fast": "x", "original_length": 8}, "beta_fast must be a number"),
+        ({"type": "rerope", "window": 2.5, "original_length": 8}, "window must be a whole"),
+        ({"type": 3}, "type must be a name"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_refused_whatever_the_type(node, text):
+    with pytest.raises(ValueError, match=text):
+        RopeScaling.from_config(node, train_length=8)
