@@ -12,7 +12,8 @@ position tables), so the positions are plain cumulative sums.
 
 Four routes, with the same logits:
 
-- explicit (:class:`CoPEAttention`), with gradients or off the CPU: per block the logits,
+- explicit (:class:`CoPEAttention`), with gradients, off the CPU or with values of another
+  head size than the queries (which the flash kernel does not take): per block the logits,
   softmax and value product; the layer is one autograd node whose backward is written out.
   Its forward takes the fused C kernel of :mod:`posx.kernels.cope_native` per block where
   that is built (CPU, float32), keeping the same tensors for the backward.
@@ -269,7 +270,7 @@ def cope_attention(
     Args:
         q: Queries ``[b, h, s, d_h]``.
         k: Keys ``[b, h, s, d_h]``.
-        v: Values ``[b, h, s, d_h]``.
+        v: Values ``[b, h, s, d_h]`` (another head size than ``q``'s takes the explicit route).
         emb: Position embeddings ``[d_h, npos_max]``.
         npos_max: Integer positions with an embedding; positions are clamped to the last.
         gaps: Position step into each key ``[s]`` or ``[b, s]``, or ``None`` for unit steps
@@ -287,7 +288,7 @@ def cope_attention(
     with torch.autocast(q.device.type, enabled=False):
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, emb)):
             out = CoPEAttention.apply(*args, block_size)
-        elif flash_available(q.device):
+        elif flash_available(q.device) and v.shape[-1] == q.shape[-1]:  # (flash: one size)
             # the first band tried: at the gates' initial mean of 1/2, positions reach the top
             # after 2 npos_max keys; a quarter more for their spread (then it adapts)
             band = 5 * npos_max // 2 if gaps is None else 0

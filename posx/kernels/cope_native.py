@@ -14,10 +14,14 @@ torch's own threads.
   hand-written backward keeps (probabilities, gates, positions' integer parts, fractions and
   steps), in the layout that backward reads.
 
-Taken for float32 CPU tensors with a head width that is a multiple of 8, where the kernel could
-be built (:func:`posx.kernels.native.load`); elsewhere :func:`native_layer` and
-:func:`cope_native` return ``None`` and the caller takes its PyTorch routes, which give the same
-numbers up to float32 rounding.
+Taken for float32 CPU tensors with a head width that is a multiple of 8 (keys and values of the
+queries' shape), where the kernel could be built (:func:`posx.kernels.native.load`); elsewhere
+:func:`native_layer` and :func:`cope_native` return ``None`` and the caller takes its PyTorch
+routes. The two differ by float32 rounding, not by their formula: both add the gates into
+positions in double, and the kernel takes each position's integer part and fraction from the
+double sum where the PyTorch routes round the position to float32 first, so against the formula
+in float64 the kernel's error is no larger than theirs (at 1-2k positions about a tenth of it;
+tests/unit/kernels/test_cope_native.py holds it within 3x at every size tested).
 """
 
 from __future__ import annotations
@@ -130,9 +134,12 @@ class NativeLayer:
 
 def native_layer(layer: CoPELayer) -> NativeLayer | None:
     """The layer in the kernel's layout, or ``None`` where the kernel does not apply: not
-    built, not every tensor float32 (gaps aside) on the CPU, or a head width that is not a
-    multiple of 8."""
+    built, not every tensor float32 (gaps aside) on the CPU, a head width that is not a
+    multiple of 8, or keys or values of another shape than the queries (the kernel reads
+    them as rows of the queries' width)."""
     if _library() is None or layer.q.shape[-1] % 8:
+        return None
+    if layer.k.shape != layer.q.shape or layer.v.shape != layer.q.shape:
         return None
     tensors = [t for t in (layer.q, layer.k, layer.v, layer.emb, layer.gaps) if t is not None]
     if any(t.device.type != "cpu" for t in tensors) or any(

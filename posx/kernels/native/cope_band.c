@@ -24,25 +24,28 @@
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loads and stores */
 typedef int32_t v8i __attribute__((vector_size(32)));
+typedef double v4d __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef float v4f __attribute__((vector_size(16)));
 
 enum { SPARE = 64 }; /* zero columns after the keys (kt) and slack in the per-thread buffers */
-
-static inline v8 min8(v8 a, v8 b) {
-    const v8i a_less = a < b;
-    return (v8)((a_less & (v8i)a) | (~a_less & (v8i)b));
-}
 
 static inline v8 max8(v8 a, v8 b) {
     const v8i a_more = a > b;
     return (v8)((a_more & (v8i)a) | (~a_more & (v8i)b));
 }
 
-/* running sums of eight floats (lane l: x[0] + .. + x[l]) */
-static inline v8 running_sum8(v8 x) {
-    const v8 zero = {0};
-    x += __builtin_shufflevector(zero, x, 0, 8, 9, 10, 11, 12, 13, 14);
-    x += __builtin_shufflevector(zero, x, 0, 1, 8, 9, 10, 11, 12, 13);
-    x += __builtin_shufflevector(zero, x, 0, 1, 2, 3, 8, 9, 10, 11);
+static inline v4d min4d(v4d a, v4d b) {
+    const v4l a_less = a < b;
+    return (v4d)((a_less & (v4l)a) | (~a_less & (v4l)b));
+}
+
+/* running sums of four doubles (lane l: x[0] + .. + x[l]) */
+static inline v4d running_sum4(v4d x) {
+    const v4d zero = {0};
+    x += __builtin_shufflevector(zero, x, 0, 4, 5, 6);
+    x += __builtin_shufflevector(zero, x, 0, 1, 4, 5);
     return x;
 }
 
@@ -93,13 +96,18 @@ keep_key(const kept *k, int64_t t, float gate, int32_t m, float f, const float *
 /* The logits z[0..n) of query row r against its n nearest keys, the nearest first; returns the
  * position reached at the n-th key (unclamped). c and z have room for n + SPARE floats; L and S
  * hold the query's logit at each integer position and the step to the next (0 at the top).
- * With `k`, what the backward needs of each key is written there too. */
-static inline __attribute__((always_inline)) float
+ * With `k`, what the backward needs of each key is written there too.
+ *
+ * Positions are sums of up to s gates, added in double (as PyTorch's cumsum adds float32 on the
+ * CPU), and each one's integer part and fraction are taken from the double: a float32 running
+ * sum drifts with the number of keys (at 1-2k positions its output's error against the formula
+ * in float64 was 7-15x the PyTorch route's; now about a tenth of it). */
+static inline __attribute__((always_inline)) double
 logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float *L,
        const float *S, const kept *k, int64_t D) {
     const int64_t s = a->s, bh = r / s, i = r % s, own = s - 1 - i; /* its key, last to first */
     const float *q = a->q + r * D, *kt = a->kt + bh * D * (s + SPARE) + own;
-    const float top = (float)a->top;
+    const double top = (double)a->top;
     for (int64_t t = 0; t < n; t += 64) { /* 64 keys a step: eight independent sums */
         v8 sum[8] = {{0}};
         for (int64_t e = 0; e < D; e++) {
@@ -110,17 +118,35 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
     }
     const int64_t n8 = (n + 7) & ~(int64_t)7; /* whole vectors: the keys past n are finite */
     for (int64_t t = 0; t < n8; t++) z[t] = 1.0f / (1.0f + exp_poly(-c[t]));
-    float reached = 0.f;
+    double reached = 0.0;
     if (a->gaps == NULL) {
-        v8 carry = {0};
-        for (int64_t t = 0; t < n; t += 8) {
-            const v8 p = running_sum8(*(const v8u *)(z + t)) + carry;
-            carry = (v8){0} + p[7];
-            if (t + 8 >= n) reached = p[n - 1 - t];
-            const v8 clamped = min8(p, (v8){0} + top);
+        v4d carry = {0}; /* the sum so far, in every lane */
+        for (int64_t t = 0; t < n; t += 8) { /* eight keys a step, as two vectors of doubles */
+            const v8 g = *(const v8u *)(z + t);
+            const v4d lo_own = running_sum4(
+                __builtin_convertvector(__builtin_shufflevector(g, g, 0, 1, 2, 3), v4d));
+            const v4d hi_own = running_sum4(
+                __builtin_convertvector(__builtin_shufflevector(g, g, 4, 5, 6, 7), v4d));
+            /* the step's own sums first: one addition a step waits on the one before */
+            const v4d lo = lo_own + carry;
+            const v4d hi = (hi_own + __builtin_shufflevector(lo_own, lo_own, 3, 3, 3, 3)) + carry;
+            carry = __builtin_shufflevector(hi, hi, 3, 3, 3, 3);
+            if (t + 8 >= n) reached = n - t > 4 ? hi[n - 5 - t] : lo[n - 1 - t];
+            /* integer parts and fractions of the clamped positions, four at a time */
+            const v4d lo_c = min4d(lo, (v4d){0} + top), hi_c = min4d(hi, (v4d){0} + top);
+            const v4i lo_m = __builtin_convertvector(lo_c, v4i);
+            const v4i hi_m = __builtin_convertvector(hi_c, v4i);
+            const v4f lo_f = __builtin_convertvector(lo_c - __builtin_convertvector(lo_m, v4d),
+                                                     v4f);
+            const v4f hi_f = __builtin_convertvector(hi_c - __builtin_convertvector(hi_m, v4d),
+                                                     v4f);
+            const int32_t m8[8] = {lo_m[0], lo_m[1], lo_m[2], lo_m[3],
+                                   hi_m[0], hi_m[1], hi_m[2], hi_m[3]};
+            const float f8[8] = {lo_f[0], lo_f[1], lo_f[2], lo_f[3],
+                                 hi_f[0], hi_f[1], hi_f[2], hi_f[3]};
             for (int l = 0; l < 8; l++) {
-                const int32_t m = (int32_t)clamped[l];
-                const float f = clamped[l] - (float)m;
+                const int32_t m = m8[l];
+                const float f = f8[l];
                 if (k != NULL && t + l < n) keep_key(k, t + l, z[t + l], m, f, S);
                 z[t + l] = c[t + l] + L[m] + f * S[m];
             }
@@ -132,12 +158,13 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
     const float *gap = a->gaps + (a->gap_rows > 1 ? bh / a->heads * s : 0) + own;
     double after = 0.0; /* gaps can be large and of both signs: a float sum drifts */
     for (int64_t t = 0; t < n; t++) {
-        reached = (float)(after + z[t]);
+        reached = after + z[t];
         after += (double)z[t] * gap[t];
-        const float p = reached < 0.f ? 0.f : (reached < top ? reached : top);
+        const double p = reached < 0.0 ? 0.0 : (reached < top ? reached : top);
         const int32_t m = (int32_t)p;
-        if (k != NULL) keep_key(k, t, z[t], m, p - (float)m, S);
-        z[t] = c[t] + L[m] + (p - (float)m) * S[m];
+        const float f = (float)(p - m);
+        if (k != NULL) keep_key(k, t, z[t], m, f, S);
+        z[t] = c[t] + L[m] + f * S[m];
     }
     return reached;
 }
@@ -201,9 +228,9 @@ query(const cope_args *a, int64_t r, float *c, float *z, float *L, float *S, int
     const int64_t s = a->s, bh = r / s, i = r % s;
     tables(a, a->q + r * D, L, S, D);
     int64_t n = i + 1 < a->width ? i + 1 : a->width;
-    const float reached = logits(a, r, n, c, z, L, S, NULL, D);
+    const double reached = logits(a, r, n, c, z, L, S, NULL, D);
     a->full[r] = n == i + 1;
-    if (!a->full[r] && !(reached >= (float)a->top)) { /* keys further back not all clamped */
+    if (!a->full[r] && !(reached >= (double)a->top)) { /* keys further back not all clamped */
         n = i + 1;
         logits(a, r, n, c, z, L, S, NULL, D);
         a->full[r] = 1;

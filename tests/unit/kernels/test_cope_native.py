@@ -2,7 +2,9 @@
 against the former implementation (autograd's graph of the formula over blocked_attend, kept in
 test_cope_fast.py): every head width the kernel specialises and a generic one, every kind of
 positions, the band with its far part, rows whose positions fall short of the top within the
-band, and the layer through ``CoPE.attend`` and ``posx eval``. Then the builder: the cache, a
+band, its error against the formula in float64 at thousands of positions (within 3x the float32
+PyTorch route's), values of another head size (declined), and the layer through ``CoPE.attend``
+and ``posx eval``. Then the builder: the cache, a
 damaged cached library, no compiler, a compile error, the switch."""
 
 from __future__ import annotations
@@ -136,6 +138,83 @@ def test_long_rows_and_all_keys():
         got = cope_native.cope_native(kernel.CoPELayer(q, k, v, emb, None, 64), k, v, 1000)
         ref = kernel._fused_blocks(kernel.CoPELayer(q, k, v, emb, None, 64), 256, 0)
     assert_near(got, ref, 1e-5)
+
+
+LONG = [  # b, h, s, d, npos_max: positions into the thousands (gates average 1/2)
+    (1, 2, 1024, 16, 1024),
+    (1, 1, 2048, 32, 2048),
+    (1, 2, 2048, 16, 512),  # band 1281 keys, the keys further back through the flash kernel
+    (2, 2, 64, 16, 8),
+    (1, 2, 128, 16, 64),
+]
+
+
+def _max_errors(enc, q, k, v, pos, grad: bool) -> tuple[float, float]:
+    """Largest elementwise errors of the kernel's output and of the float32 PyTorch route's
+    (the C kernel off) against the former implementation in float64, on the same inputs;
+    with ``grad``, through the training route (CoPEAttention's blocks)."""
+
+    def attend(e, *t):
+        with torch.set_grad_enabled(grad):
+            leaves = [x.detach().clone().requires_grad_(grad) for x in t]
+            return e.attend(*leaves, pos, pos).detach().double()
+
+    with torch.no_grad():
+        ref64 = reference_attend(
+            copy.deepcopy(enc).double(), q.double(), k.double(), v.double(), pos
+        )
+    got = attend(enc, q, k, v)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernel, "cope_native", lambda *a: None)
+        mp.setattr(kernel, "native_layer", lambda *a: None)
+        route = attend(enc, q, k, v)
+    return (got - ref64).abs().max().item(), (route - ref64).abs().max().item()
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", LONG)
+@pytest.mark.parametrize("grad", [False, True], ids=["evaluation", "training"])
+def test_as_accurate_as_pytorch_at_thousands_of_positions(shape, grad, monkeypatch):
+    """Positions summed over up to 2,048 gates: the kernel's largest error against the formula
+    in float64 stays within 3x the float32 PyTorch route's (whose cumulative sums add in
+    double). A float32 running sum of the gates drifts with the number of keys: at 1-2k
+    positions it was 7-13x the route's."""
+    calls: list[bool] = []
+    real = cope_native.native_layer
+    spy = lambda *a: calls.append(True) or real(*a)  # noqa: E731
+    monkeypatch.setattr(kernel, "native_layer", spy)  # training
+    monkeypatch.setattr(cope_native, "native_layer", spy)  # evaluation, from cope_native()
+    gen = torch.Generator().manual_seed(zlib.crc32(repr(("long", shape)).encode()))
+    b, h, s, d, npos_max = shape
+    enc, q, k, v = _inputs(b, h, s, d, npos_max, 256, gen)
+    pos = torch.arange(s)
+    kernel_error, route_error = _max_errors(enc, q, k, v, pos, grad)
+    assert calls  # the kernel ran
+    assert kernel_error <= 3 * route_error, f"{kernel_error:.2e} (PyTorch: {route_error:.2e})"
+
+
+@needs_kernel
+@pytest.mark.parametrize("grad", [False, True], ids=["evaluation", "training"])
+@pytest.mark.parametrize("d_v", [8, 32])
+def test_values_of_another_head_size_take_the_pytorch_route(native_calls, d_v, grad):
+    """Values with another head size than the queries (16): the kernel declines (it reads
+    values as rows of the queries' size) and the PyTorch route answers, the flash kernel
+    aside (it takes one head size), as the former implementation does."""
+    gen = torch.Generator().manual_seed(14)
+    b, h, s, npos_max = 1, 2, 60, 8
+    enc, q, k, _ = _inputs(b, h, s, 16, npos_max, 16, gen)
+    v = torch.randn(b, h, s, d_v, generator=gen)
+    pos = torch.arange(s)
+    assert (
+        cope_native.native_layer(kernel.CoPELayer(q, k, v, enc.layers[0].pos_emb, None, 8)) is None
+    )
+    with torch.set_grad_enabled(grad):
+        got = enc.attend(q.clone().requires_grad_(grad), k, v, pos, pos)
+    with torch.no_grad():
+        ref = reference_attend(enc, q, k, v, pos)
+    assert got.shape == (b, h, s, d_v)
+    assert_near(got.detach(), ref, 1e-5)
+    assert not any(native_calls)
 
 
 def test_not_taken_where_it_does_not_apply(native_calls):
