@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +66,59 @@ def check_arguments(node: DictConfig, what: str) -> None:
         raise ConfigError(
             f"{what} _target_ {node.get('_target_')!r} cannot be loaded: {cause}"
         ) from err
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        for key in node:
+            if not str(key).startswith("_") and key not in params:
+                allowed = ", ".join(k for k in params if k != "self")
+                raise ConfigError(
+                    f"{what} {node._target_} has no parameter {key!r}; it takes: {allowed}"
+                )
+    check_types(node, what, target)
+
+
+# What a setting of a plain type must be, in the words of the refusal.
+_PLAIN = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if kind is float:  # an integer is a number; true is not
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_types(node: DictConfig, what: str, target: Any) -> None:
+    """Refuses a setting whose value is not of the plain type (number, whole number, text, true
+    or false) its constructor declares, before the class sees it: ``encoding.base=abc`` would
+    otherwise fail deep inside it as ``'<=' not supported``, or not at all. A setting whose
+    declared type is not plain (a mapping, a union with another class) is the class's own to
+    check, as is ``null``.
+
+    Raises:
+        ConfigError: One line naming the setting, what it must be and the value given.
+    """
+    try:
+        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+    except Exception:  # noqa: BLE001 - annotations that cannot be resolved: nothing to check
         return
     for key in node:
-        if not str(key).startswith("_") and key not in params:
-            allowed = ", ".join(k for k in params if k != "self")
-            raise ConfigError(
-                f"{what} {node._target_} has no parameter {key!r}; it takes: {allowed}"
-            )
+        if str(key).startswith("_") or key not in hints:
+            continue
+        try:
+            value = node[key]  # interpolations resolved, as the class will get it
+        except Exception:  # noqa: BLE001 - unresolvable: building says so in its own words
+            continue
+        if value is None or OmegaConf.is_config(value):
+            continue
+        hint = hints[key]
+        kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        kinds = tuple(k for k in kinds if k is not type(None))
+        if not kinds or not all(k in _PLAIN for k in kinds):
+            continue
+        if not any(_fits(value, k) for k in kinds):
+            must = " or ".join(dict.fromkeys(_PLAIN[k] for k in kinds))
+            raise ConfigError(f"{what}.{key} must be {must}, got {value!r}")
 
 
 def _instantiate(node: DictConfig, what: str, **kwargs: Any) -> Any:

@@ -226,3 +226,18 @@ def test_an_eval_time_setting_of_the_wrong_type_is_refused_without_a_row(cli, co
     key = settings[-1].split("=")[0].removeprefix("encoding.scaling.")
     assert_one_line_error(proc, 2, f"RoPE scaling {key} must be")
     assert (run / "eval.csv").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("setting", "text"),
+    [
+        ("encoding.base=abc", "encoding.base must be a number, got 'abc'"),
+        ("encoding.rotary_fraction=half", "encoding.rotary_fraction must be a number"),
+    ],
+)
+def test_an_encoding_setting_of_the_wrong_type_says_what_it_must_be(cli, copy_run, setting, text):
+    """It failed inside the class as `'<=' not supported between instances of 'str' and
+    'float'`; posx train and posx eval now name the setting."""
+    run = copy_run()
+    assert_one_line_error(cli("eval", str(run), "--lengths", "32", setting), 2, text)
+    assert_one_line_error(cli("train", f"root={run.parent}", "train.steps=1", setting), 2, text)
