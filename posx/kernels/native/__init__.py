@@ -3,8 +3,10 @@
 Each kernel is one ``<name>.c`` file in this package with a plain C interface (pointers and
 integers). :func:`load` compiles it once per machine into a cache directory and returns the
 loaded library, or ``None`` wherever that cannot be done (no compiler, a compile error, a
-platform without OpenMP, ``POSX_NATIVE=0``): callers then take their PyTorch path, which gives
-the same numbers. Nothing here is needed for correctness, only for speed.
+platform without OpenMP, ``POSX_NATIVE=0``): callers then take their PyTorch path, which computes
+the same formula (the two differ by float32 rounding, and each kernel's tests hold its error
+against a float64 reference to no more than the PyTorch path's). Nothing here is needed for
+correctness, only for speed.
 
 - Cache: ``$POSX_NATIVE_CACHE``, else ``$XDG_CACHE_HOME/posx/native``, else
   ``~/.cache/posx/native``. A library's file name carries a hash of its source, the compiler,
