@@ -34,10 +34,13 @@ DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 @dataclass(frozen=True)
 class Prompt:
-    """One passkey prompt: token ids ``[t]`` and the indices of the key's tokens."""
+    """One passkey prompt: token ids ``[t]``, the indices of the key's tokens, and how many
+    filler units stand before the needle (``before``) out of ``filler``."""
 
     ids: torch.Tensor
     answer: list[int]
+    before: int = 0
+    filler: int = 0
 
 
 def build_prompt(tokenizer: Any, length: int, depth: float, key: str) -> Prompt | None:
@@ -55,7 +58,7 @@ def build_prompt(tokenizer: Any, length: int, depth: float, key: str) -> Prompt 
             answer = [
                 i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > start and a < b and i
             ]
-            return Prompt(torch.tensor(enc["input_ids"]), answer)
+            return Prompt(torch.tensor(enc["input_ids"]), answer, before, n)
         n -= 1
     return None
 
@@ -134,6 +137,27 @@ def evaluate_passkey(
     return rows
 
 
+def _depths_unplaceable(
+    tokenizer: Any, length: int, depths: tuple[float, ...], key: str
+) -> str | None:
+    """Why ``length`` cannot tell ``depths`` apart, or None: when the needle, question and key
+    nearly fill it, the filler left is too short to put the needle in a different place for
+    each depth, and several depths would score one identical prompt as if they differed."""
+    prompts = [build_prompt(tokenizer, length, depth, key) for depth in depths]
+    if any(p is None or not p.answer for p in prompts):
+        return f"a passkey prompt needs more than {length} tokens"
+    places = [p.before for p in prompts if p is not None]
+    if len(set(places)) == len(places):
+        return None
+    filler = max(p.filler for p in prompts if p is not None)
+    shown = ", ".join(f"{round(d * 100)}%" for d in depths)
+    return (
+        f"a passkey prompt of {length} tokens holds {filler} filler sentence(s), too few to put "
+        f"the needle at depths {shown} in different places; evaluate longer lengths or fewer "
+        "passkey.depths"
+    )
+
+
 def _length_row(
     scorer: CausalLM,
     tokenizer: Any,
@@ -143,6 +167,9 @@ def _length_row(
     seed: int,
     device: torch.device,
 ) -> dict[str, Any]:
+    refused = _depths_unplaceable(tokenizer, length, depths, keys(1, seed * 1_000_003 + length)[0])
+    if refused:
+        return {"status": "unsupported", "reason": refused}
     start, out = time.perf_counter(), {}
     hits = loss = tokens = longest = 0
     with PeakMemory(device) as mem:

@@ -59,3 +59,20 @@ def test_gpt2_prompts_past_its_table_are_unsupported(tiny_dir):
     _, model, tok, _ = loaded(tiny_dir, "gpt2")
     rows = evaluate_passkey(model, tok, [64], [Variant()], 32, torch.device("cpu"), trials=1)
     assert rows[0]["status"] == "unsupported" and "learned positions" in rows[0]["reason"]
+
+
+def test_a_length_too_short_to_tell_the_depths_apart_is_unsupported(tiny_dir):
+    """With no room for filler, depths 0, 50 and 100 scored one identical prompt three times
+    and reported it as three depths."""
+    _, model, tok, _ = loaded(tiny_dir, "llama")
+    unit = len(tok(FILLER, add_special_tokens=False)["input_ids"])
+    bare = next(n for n in range(8, 400) if build_prompt(tok, n, 0.0, "48213") is not None)
+    tight, roomy = bare + unit // 2, bare + 3 * unit  # 0 filler sentences; 3 or more
+    rows = evaluate_passkey(model, tok, [tight, roomy], [Variant()], 32, torch.device("cpu"),
+                            trials=1, depths=(0.0, 0.5, 1.0))  # fmt: skip
+    assert rows[0]["status"] == "unsupported", rows[0]
+    assert (
+        "too few to put the needle at depths 0%, 50%, 100% in different places"
+        in (rows[0]["reason"])
+    )
+    assert rows[1]["status"] == "ok" and {"exact_depth_0", "exact_depth_50"} <= set(rows[1])
