@@ -157,9 +157,32 @@ def hf_bytes(corpus: str, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-@functools.lru_cache(maxsize=4)
 def load_corpus(corpus: str, max_bytes: int) -> Tensor:
-    """The corpus's bytes (``uint8 [n]``), at most ``max_bytes``; an error if there are none."""
+    """The corpus's bytes (``uint8 [n]``), at most ``max_bytes``; an error if there are none.
+
+    Kept for the process (building a task twice, or checking a run's data then evaluating it,
+    reads the files once) while the files are unchanged: the cache is keyed by each file's
+    size and modification time too, so a corpus edited within one Python session (a notebook
+    around :mod:`posx.api`) is read again and its change is seen.
+    """
+    stamp = None if corpus.startswith(HF_PREFIX) else _files_stamp(corpus, max_bytes)
+    return _load_corpus(corpus, max_bytes, stamp)
+
+
+def _files_stamp(corpus: str, max_bytes: int) -> tuple[tuple[str, int, int], ...]:
+    """Where, how large and how recent each file is that :func:`file_bytes` reads."""
+    stamp, total = [], 0
+    for path in resolve_files(corpus):
+        st = os.stat(path)
+        stamp.append((os.path.abspath(path), st.st_size, st.st_mtime_ns))
+        total += st.st_size
+        if total >= max_bytes:
+            break
+    return tuple(stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_corpus(corpus: str, max_bytes: int, stamp: object) -> Tensor:
     blob = (
         hf_bytes(corpus, max_bytes)
         if corpus.startswith(HF_PREFIX)
@@ -168,3 +191,6 @@ def load_corpus(corpus: str, max_bytes: int) -> Tensor:
     if not blob:
         raise ConfigError(f"corpus is empty: {corpus}")
     return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+
+
+load_corpus.cache_clear = _load_corpus.cache_clear  # type: ignore[attr-defined]

@@ -133,3 +133,22 @@ def test_the_python_api_takes_an_opened_run(copy_run):
     run = SavedRun(copy_run())
     rows = posx.evaluate(run, [16], device="cpu")
     assert list(rows["eval_length"]) == [16] and (run.path / "eval.csv").is_file()
+
+
+def test_a_corpus_edited_in_the_same_session_is_refused_by_posx_evaluate(tmp_path):
+    """In one Python session (a notebook), posx.evaluate after editing the corpus used to take
+    the bytes kept from training and score other text under the run's name."""
+    import posx
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    cfg = posx.compose(
+        "task=text", f"task.corpus={corpus}", "model.d_model=16", "model.n_heads=2",
+        "model.n_layers=1", "model.d_ff=32", "train.length=16", "train.steps=2",
+        "train.batch_size=2", "train.warmup_steps=1", "train.progress=false",
+        "eval.lengths=[16]", "eval.tokens=64", f"root={tmp_path}",
+    )  # fmt: skip
+    run = posx.train(cfg)
+    corpus.write_text("a different text that the run never saw, the same size? " * 160)
+    with pytest.raises(PosxError, match="has changed since the run was trained"):
+        posx.evaluate(run, [16], device="cpu")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -96,3 +97,15 @@ def test_without_datasets_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import now raises ImportError
     with pytest.raises(ConfigError, match=r"needs the datasets library: pip install 'posx\[hf\]'"):
         load_corpus("hf:wikitext:wikitext-103-raw-v1", 100)
+
+
+def test_a_corpus_edited_within_the_process_is_read_again(tmp_path):
+    """The bytes were kept by (path, size): a notebook that edited its corpus between
+    posx.train and posx.evaluate had the change hidden from the data check."""
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"first text\n" * 10)
+    assert as_bytes(load_corpus(str(path), 10_000)) == b"first text\n" * 10
+    assert load_corpus(str(path), 10_000) is load_corpus(str(path), 10_000)  # kept while unchanged
+    path.write_bytes(b"other text\n" * 10)  # the same size
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
+    assert as_bytes(load_corpus(str(path), 10_000)) == b"other text\n" * 10
