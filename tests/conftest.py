@@ -13,6 +13,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# One intra-op thread in every test process and in the `python -m posx` processes tests start
+# (they inherit the variable; torch reads it when it is imported). The suite runs one xdist
+# worker per core, so a second thread per process only competes for a core: spinning OpenMP
+# threads made a tiny run's training ~35% slower on a busy 2-core machine. OMP_NUM_THREADS=N
+# in the environment still overrides it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 TINY = [
     "task=copy",
     "model.d_model=32",
