@@ -109,22 +109,13 @@ TEXT_RUN = ["task=text", "model.d_model=8", "model.n_heads=2", "model.n_layers=1
 
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory) -> Path:
-    """A run trained (by ``posx train``, through ``posx.cli.main`` in this process) on
-    ``corpus.txt`` of its working directory: a relative path, so a copy of the run reads the
-    ``corpus.txt`` beside it."""
-    import os
-
-    from tests.conftest import run_in_process
+    """A run trained (by ``posx train``, in a subprocess) on ``corpus.txt`` of its working
+    directory: a relative path, so a copy of the run reads the ``corpus.txt`` beside it."""
+    from tests.conftest import run_posx
 
     folder = tmp_path_factory.mktemp("text_run")
     (folder / "corpus.txt").write_bytes(LEGACY_CORPUS.read_bytes())
-    cwd = Path.cwd()
-    os.chdir(folder)
-    try:
-        result = run_in_process("train", *TEXT_RUN, "task.corpus=corpus.txt", "root=results")
-    finally:
-        os.chdir(cwd)
-    assert result.returncode == 0, result.stderr
+    run_posx("train", *TEXT_RUN, "task.corpus=corpus.txt", "root=results", cwd=folder, check=True)
     return next((folder / "results").rglob("run.json")).parent
 
 
