@@ -16,7 +16,15 @@ def only_run(root: Path) -> Path:
     return runs[0]
 
 
-def test_train_eval_report(posx, tiny_overrides, tmp_path):
+def test_train_eval_report(posx, cli, tiny_overrides, tmp_path):
+    """Training in a subprocess, as a user runs it; then eval, report and resume of that run
+    through the same entry point (posx.cli.main) in this process."""
+
+    def ok(*args: str):
+        result = cli(*args)
+        assert result.returncode == 0, result.stderr
+        return result
+
     # stdout is a pipe here (as under SLURM): progress is plain lines, one per logged step
     progress = ["train.progress=true", "train.progress_every=0"]
     out = posx("train", "encoding=alibi", *tiny_overrides, *progress, check=True).stdout
@@ -46,7 +54,7 @@ def test_train_eval_report(posx, tiny_overrides, tmp_path):
     assert info["encoding"] == "alibi" and info["status"] == "trained"
 
     # training already evaluated at eval.lengths; eval adds a length and replaces the others
-    out = posx("eval", str(run), "--lengths", "16,32,64", check=True)
+    out = ok("eval", str(run), "--lengths", "16,32,64")
     assert "L=64" in out.stdout
     rows = pd.read_csv(run / "eval.csv")
     assert sorted(rows["eval_length"]) == [16, 32, 64]
@@ -54,22 +62,22 @@ def test_train_eval_report(posx, tiny_overrides, tmp_path):
     assert rows["exact_match"].between(0, 1).all() and (rows["tokens"] > 0).all()
 
     # an eval-time override is a separate row, recorded as such
-    posx("eval", str(run), "--lengths", "16", "eval.seed=7", check=True)
+    ok("eval", str(run), "--lengths", "16", "eval.seed=7")
     rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
     assert len(rows) == 4 and "eval.seed=7" in set(rows["overrides"])
 
-    csv = posx("report", "--root", str(tmp_path), "--format", "csv", "--metric", "loss", check=True)
+    csv = ok("report", "--root", str(tmp_path), "--format", "csv", "--metric", "loss")
     table = pd.read_csv(io.StringIO(csv.stdout), keep_default_na=False)
     assert set(table["variant"]) == {"alibi", "alibi+eval.seed=7"}
     assert (table["n"] == 1).all()
-    md = posx("report", "--root", str(tmp_path), "--format", "md", check=True).stdout
+    md = ok("report", "--root", str(tmp_path), "--format", "md").stdout
     assert "| alibi (not learned) |" in md and "L=64" in md  # 30 steps do not learn copy
-    md = posx("report", "--root", str(tmp_path), "--format", "md", "--learned", "0").stdout
+    md = cli("report", "--root", str(tmp_path), "--format", "md", "--learned", "0").stdout
     assert "| alibi |" in md
 
     # resuming a finished run says so, and draws no progress bar
     before = (run / "run.json").read_text()
-    resumed = posx("resume", str(run), check=True)
+    resumed = ok("resume", str(run))
     assert "already finished: trained 30 of 30 steps and evaluated" in resumed.stdout
     assert "nan" not in resumed.stdout + resumed.stderr and "tok/s" not in resumed.stdout
     assert (run / "run.json").read_text() == before

@@ -42,9 +42,13 @@ def assert_one_line_error(proc, code: int, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """One tiny trained ALiBi copy run shared by this module's tests (they evaluate only)."""
+    """One tiny trained ALiBi copy run shared by this module's tests (they evaluate only),
+    trained through ``posx.cli.main`` in this process (no torch import of its own)."""
+    from tests.conftest import run_in_process
+
     root = tmp_path_factory.mktemp("results")
-    run_posx("train", *TINY, "encoding=alibi", f"root={root}")
+    result = run_in_process("train", *TINY, "encoding=alibi", f"root={root}")
+    assert result.returncode == 0, result.stderr
     (run_json,) = root.rglob("run.json")
     return run_json.parent
 

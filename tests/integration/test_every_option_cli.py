@@ -39,20 +39,22 @@ TINY = [
 def root(tmp_path_factory) -> Path:
     """One results root with a run of every encoding and every position strategy, each rope
     scaling evaluated on the rope run, and everything evaluated again at 16 and 32 tokens."""
-    from tests.conftest import run_in_process, run_posx
+    from tests.conftest import run_in_process
+
+    def posx(*args: str) -> None:
+        # through posx.cli.main in this process: the same entry point without a torch import
+        # per call (10 of them; `posx report` below runs in a subprocess)
+        result = run_in_process(*args)
+        assert result.returncode == 0, result.stderr
 
     def evaluate(*args: str) -> None:
-        # through posx.cli.main in this process: the same entry point without a torch import
-        # per call (8 of them)
-        result = run_in_process("eval", *args)
-        assert result.returncode == 0, result.stderr
+        posx("eval", *args)
 
     root = tmp_path_factory.mktemp("every_option")
     encodings = ",".join(ENCODINGS)
-    run_posx("train", "-m", f"encoding={encodings}", *TINY, f"root={root}", check=True)
+    posx("train", "-m", f"encoding={encodings}", *TINY, f"root={root}")
     strategies = ",".join(p for p in POSITIONS if p != "default")
-    run_posx("train", "-m", "encoding=rope", f"positions={strategies}", *TINY, f"root={root}",
-             check=True)  # fmt: skip
+    posx("train", "-m", "encoding=rope", f"positions={strategies}", *TINY, f"root={root}")
     (rope,) = [p.parent for p in root.rglob("copy_rope_L16_*/run.json")]
     for scaling in SCALINGS:
         scale = [f"encoding.scaling.type={scaling}", "encoding.scaling.factor=2"]

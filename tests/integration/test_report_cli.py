@@ -25,15 +25,23 @@ _TREE: dict[str, Path] = {}
 
 
 @pytest.fixture
-def tree(posx, tiny_overrides, tmp_path_factory) -> Path:
-    """The results root, trained and evaluated on first use and shared by the module's tests."""
+def tree(tiny_overrides, tmp_path_factory) -> Path:
+    """The results root, trained and evaluated on first use and shared by the module's tests;
+    built through ``posx.cli.main`` in this process (``posx report`` in a subprocess is
+    test_subprocess_report_prints_tables)."""
+    from tests.conftest import run_in_process
+
+    def posx(*args: str) -> None:
+        result = run_in_process(*args)
+        assert result.returncode == 0, result.stderr
+
     if "root" not in _TREE:
         root = tmp_path_factory.mktemp("report_tree")
         base = [*tiny_overrides, f"root={root}", LENGTHS, "train.threads=1"]
-        posx("train", "-m", "encoding=nope,alibi,learned", "seed=0,1", *base, check=True)
+        posx("train", "-m", "encoding=nope,alibi,learned", "seed=0,1", *base)
         copy_sweep = next((root / "sweeps").iterdir())
-        posx("eval", "--root", str(copy_sweep), "--lengths", "16,32,64", "eval.seed=7", check=True)
-        posx("train", "-m", "encoding=nope,alibi", "seed=0,1", *base, "task=text", check=True)
+        posx("eval", "--root", str(copy_sweep), "--lengths", "16,32,64", "eval.seed=7")
+        posx("train", "-m", "encoding=nope,alibi", "seed=0,1", *base, "task=text")
         _TREE["root"] = root
     return _TREE["root"]
 

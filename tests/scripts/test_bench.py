@@ -164,11 +164,22 @@ def test_short_run_writes_both_tables(tmp_path):
         (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "-"),
     ],
 )
-def test_bad_arguments_are_one_line_errors(tmp_path, args, text):
-    proc = run(*args, "--out", str(tmp_path / "out"))
+def test_bad_arguments_are_one_line_errors(bench, tmp_path, monkeypatch, capsys, args, text):
+    """The script's main() in this process (each subprocess paid ~2 s of imports to print one
+    line); test_a_bad_argument_through_the_script runs it as `make bench` does."""
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args, "--out", str(tmp_path / "out")])
+    assert bench.main() == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error:") and text in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_argument_through_the_script(tmp_path):
+    proc = run("--encodings", "nope,bogus", "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("bench: error:") and text in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("bench: error:"), lines
+    assert "unknown encoding bogus; choose from " in lines[0], lines
     assert not (tmp_path / "out").exists()
 
 
