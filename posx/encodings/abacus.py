@@ -29,6 +29,8 @@ class Abacus(PositionalEncoding):
         max_index: Rows of the table (the paper: 100 + the training offset range).
     """
 
+    needs_structure = True  # its rows are digit places: positions=abacus makes them
+
     def __init__(self, d_model: int, max_index: int = 512) -> None:
         super().__init__()
         if max_index <= 0:

@@ -30,9 +30,12 @@ class PositionalEncoding(nn.Module):
             this ``False``.
         score_bytes: Memory per attention score that training keeps (see below).
         block_score_bytes: Memory per attention score of one query block in evaluation.
+        needs_structure: Its ``pos`` must come from a strategy that reads the task's token
+            structure (Abacus: a digit's place in its number); training refuses it otherwise.
     """
 
     max_len: int | None = None
+    needs_structure: bool = False
     relative_bias: bool = False
     # Memory per attention score (one query, key and head) when the encoding computes attention
     # itself or learns its bias, which posx.runs.resources uses to refuse what cannot fit before

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from posx.config.build import build_model, build_positions, build_task
 from posx.config.compose import check_group_value, compose, eval_lengths
@@ -18,7 +18,9 @@ from posx.config.hints import ListValueError
 from posx.config.paths import user_config_dirs
 from posx.config.trust import check_trusted
 from posx.config.validate import validate
+from posx.encodings.base import PositionalEncoding
 from posx.errors import ConfigError, PosxError
+from posx.positions import PositionStrategy
 from posx.runs.overrides import list_sweep, parse_overrides, unknown_flag
 from posx.runs.resources import (
     ModelShape,
@@ -30,6 +32,7 @@ from posx.runs.resources import (
 )
 from posx.runtime.distributed import pick_device
 from posx.storage.results import check_writable
+from posx.tasks.base import Task
 from posx.tracking import check_loggers
 
 # Hydra's command-line flags that take a value (``-m``/``--multirun`` and friends take none).
@@ -195,9 +198,36 @@ def check_buildable(cfg: DictConfig) -> None:
     task = build_task(cfg)
     check_memory(cfg, task.vocab_size)  # before anything sized by the config exists
     model = build_model(cfg, task.vocab_size)
-    build_positions(cfg).check(model.encoding, cfg.train.length)
+    strategy = build_positions(cfg)
+    check_structure(cfg, task, model.encoding, strategy)
+    strategy.check(model.encoding, cfg.train.length)
     # one tiny batch: a length too short for the task fails here
     task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
+
+
+def check_structure(
+    cfg: DictConfig, task: Task, encoding: PositionalEncoding, strategy: PositionStrategy
+) -> None:
+    """Refuses positions that read a task's numbers on a task without them, and an encoding
+    that needs such positions without them: either would train plain positions under a label
+    that says otherwise (``rope+coupling`` on text).
+
+    Raises:
+        ConfigError: One line naming the options and what to choose instead.
+    """
+    task_name = OmegaConf.select(cfg, "chosen.task") or type(task).__name__
+    if strategy.needs_structure and not task.has_structure:
+        raise ConfigError(
+            f"positions={strategy.name} places each digit by its number and significance, and "
+            f"task {task_name} has no numbers to read (only task=arithmetic has): use it with "
+            "task=arithmetic, or another positions option here"
+        )
+    if getattr(encoding, "needs_structure", False) and not strategy.needs_structure:
+        raise ConfigError(
+            f"encoding {type(encoding).__name__} indexes its table by a digit's place, which "
+            f"positions={strategy.name} does not give it: train it with positions=abacus on "
+            "task=arithmetic"
+        )
 
 
 def check_memory(cfg: DictConfig, vocab_size: int) -> None:

@@ -50,6 +50,10 @@ class Task(ABC):
     #: What ``length`` counts for this task (``tokens``; ``digits`` for arithmetic, whose
     #: ``train.length`` and ``eval.lengths`` are operand digits). Reports label axes with it.
     length_unit: str = "tokens"
+    #: Whether :meth:`structure` reads numbers from the tokens (a digit's place in its number):
+    #: what the structured position strategies (coupling, Abacus) are for. Training refuses
+    #: them on a task without it, whose tokens would get plain positions under their label.
+    has_structure: bool = False
 
     def tokens_for(self, length: int) -> int:
         """Tokens per sequence at ``length`` (in :attr:`length_unit`); ``length`` itself for a
@@ -59,9 +63,9 @@ class Task(ABC):
     def structure(self, inputs: Tensor) -> TokenStructure:
         """Per-token structure of ``inputs [b, s]``: which number, significance, role.
 
-        Tasks with numbers (arithmetic) read it from the tokens; the default treats each
-        sequence as one number of ``s`` digits (:meth:`TokenStructure.plain`), so structured
-        position strategies run on every task (as ``1 .. s`` plus their offset).
+        Tasks with numbers (arithmetic, :attr:`has_structure`) read it from the tokens; the
+        default treats each sequence as one number of ``s`` digits
+        (:meth:`TokenStructure.plain`).
         """
         return TokenStructure.plain(inputs)
 

@@ -18,6 +18,12 @@ TRAIN_ERRORS = [
     (["task=text", "task.corpus=/nonexistent/corpus.txt"], "corpus path does not exist"),
     (["encoding.bse=3"], "'bse'"),
     (["encoding._target_=nosuch.Encoding"], "cannot be loaded: No module named 'nosuch'"),
+    # positions that read numbers, and Abacus's table of digit places, on what has none: they
+    # trained plain positions under the label rope+coupling
+    (["task=text", "positions=coupling"], "positions=coupling places each digit by its number"),
+    (["task=copy", "positions=abacus"], "task CopyTask has no numbers to read"),
+    (["-m", "task=arithmetic,text", "positions=coupling"], "task TextTask has no numbers"),
+    (["task=arithmetic", "encoding=abacus"], "positions=default does not give it"),
 ]
 
 

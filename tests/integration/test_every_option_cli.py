@@ -12,12 +12,27 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
+from posx.config.build import locate
 from posx.config.compose import CONFIG_DIR
 from posx.encodings.rope_scaling import SCALING_TYPES
 
 ENCODINGS = sorted(p.stem for p in (CONFIG_DIR / "encoding").glob("*.yaml"))
 POSITIONS = sorted(p.stem for p in (CONFIG_DIR / "positions").glob("*.yaml"))
+
+
+def _needs_structure(group: str, name: str) -> bool:
+    """Whether the option's class reads (positions) or needs (encodings) a task's numbers."""
+    target = OmegaConf.load(CONFIG_DIR / group / f"{name}.yaml")._target_
+    return bool(getattr(locate(target), "needs_structure", False))
+
+
+# Positions that read a task's numbers, and encodings that need such positions, train on
+# task=arithmetic (posx train refuses them elsewhere); an encoding of that kind with abacus.
+STRUCTURED = [p for p in POSITIONS if _needs_structure("positions", p)]
+PLAIN = [p for p in POSITIONS if p != "default" and p not in STRUCTURED]
+NEEDS = [e for e in ENCODINGS if _needs_structure("encoding", e)]
 SCALINGS = [s for s in SCALING_TYPES if s != "none"]
 TINY = [
     "task=copy",
@@ -37,8 +52,9 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    """One results root with a run of every encoding and every position strategy, each rope
-    scaling evaluated on the rope run, and everything evaluated again at 16 and 32 tokens."""
+    """One results root with a run of every encoding and every position strategy (those that
+    read numbers on task=arithmetic), each rope scaling evaluated on the rope run, and
+    everything evaluated again at 16 and 32 tokens (digits for arithmetic)."""
     from tests.conftest import run_in_process
 
     def posx(*args: str) -> None:
@@ -51,10 +67,12 @@ def root(tmp_path_factory) -> Path:
         posx("eval", *args)
 
     root = tmp_path_factory.mktemp("every_option")
-    encodings = ",".join(ENCODINGS)
+    encodings = ",".join(e for e in ENCODINGS if e not in NEEDS)
     posx("train", "-m", f"encoding={encodings}", *TINY, f"root={root}")
-    strategies = ",".join(p for p in POSITIONS if p != "default")
-    posx("train", "-m", "encoding=rope", f"positions={strategies}", *TINY, f"root={root}")
+    posx("train", "-m", "encoding=rope", f"positions={','.join(PLAIN)}", *TINY, f"root={root}")
+    numbers = [*TINY, "task=arithmetic", f"root={root}"]
+    posx("train", "-m", "encoding=rope", f"positions={','.join(STRUCTURED)}", *numbers)
+    posx("train", "-m", f"encoding={','.join(NEEDS)}", "positions=abacus", *numbers)
     (rope,) = [p.parent for p in root.rglob("copy_rope_L16_*/run.json")]
     for scaling in SCALINGS:
         scale = [f"encoding.scaling.type={scaling}", "encoding.scaling.factor=2"]
@@ -80,7 +98,10 @@ def report(root: Path) -> str:
 
 @pytest.mark.parametrize(
     "label",
-    [*ENCODINGS, *(f"rope+{p}" for p in POSITIONS if p != "default")],
+    [
+        *(f"{e}+abacus" if e in NEEDS else e for e in ENCODINGS),
+        *(f"rope+{p}" for p in POSITIONS if p != "default"),
+    ],  # fmt: skip
 )
 def test_every_option_trains_evaluates_and_reports(root: Path, report: str, label: str):
     mine = rows(root).query("encoding == @label and overrides == ''")

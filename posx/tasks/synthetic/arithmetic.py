@@ -77,6 +77,7 @@ class ArithmeticTask(SyntheticTask):
     """
 
     length_unit = "digits"
+    has_structure = True  # structure() reads each digit's number and place
 
     def __init__(
         self,
