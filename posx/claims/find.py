@@ -15,7 +15,7 @@ from posx.claims.verdict import LEVEL, MIN_SEEDS, Verdict
 from posx.config.paths import options, user_config_dirs
 from posx.errors import ConfigError
 from posx.report.configs import drop_duplicate_runs
-from posx.report.data import load_evals
+from posx.report.data import PARTIAL, load_evals, partial_rows
 from posx.saved import SavedRun
 
 GROUP = "claims"  # configs/claims/NAME.yaml holds the claims of configs/experiment/NAME.yaml
@@ -47,6 +47,7 @@ def check_root(
     experiment: str | None = None,
     min_seeds: int = MIN_SEEDS,
     level: float = LEVEL,
+    partial: bool = False,
 ) -> Checked:
     """Checks the claims of every preset whose runs are under ``root``.
 
@@ -57,6 +58,8 @@ def check_root(
             that record none only where no run records it).
         min_seeds: Seeds each term needs for a verdict.
         level: The seed agreement a verdict needs.
+        partial: Judge rows of runs evaluated before their last step too (left out, with a
+            note, by default: a claim is about trained models).
 
     Raises:
         ConfigError: An unknown preset, bad options, or no run of a preset with claims.
@@ -76,6 +79,16 @@ def check_root(
     frame = frame.assign(experiment=frame["run_dir"].map(runs))
     frame = frame[frame["mode"] == "full"]
     notes: list[str] = []
+    short = partial_rows(frame)
+    if short.any() and not partial:
+        names = ", ".join(sorted(set(frame.loc[short, "variant"])))
+        notes.append(
+            f"left out {frame.loc[short, 'run_dir'].nunique()} run(s) evaluated before their last "
+            f"step ({names}); pass --partial to judge them too"
+        )
+        frame = frame[~short]
+    elif short.any():  # asked for: judged under their encoding's name, as finished runs are
+        frame = frame.assign(variant=frame["variant"].str.replace(PARTIAL, "", regex=True))
     if experiment is not None:
         names = [experiment]
         chosen = {experiment: _named_rows(frame, experiment, root, notes)}

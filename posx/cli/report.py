@@ -239,6 +239,12 @@ def check(
     agreement: float = typer.Option(
         0.8, "--agreement", help="Share of seed-level comparisons a verdict needs (0.5-1]."
     ),
+    partial: bool = typer.Option(
+        False,
+        "--partial",
+        help="Also judge runs evaluated before their last step (interrupted; left out, with a "
+        "note, by default).",
+    ),
 ) -> None:
     """Check each preset's claims (configs/claims/NAME.yaml) against its runs under ROOT:
     ✓ holds, ✗ fails or ? inconclusive, with the measured values, seeds and seed agreement.
@@ -249,7 +255,7 @@ def check(
 
     if fmt not in CHECK_FORMATS:
         raise ConfigError(f"unknown --format {fmt!r}; choose from {', '.join(CHECK_FORMATS)}")
-    checked = check_root(root, config_dirs(ctx), experiment, min_seeds, agreement)
+    checked = check_root(root, config_dirs(ctx), experiment, min_seeds, agreement, partial)
     if fmt == "json":
         sys.stdout.write(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
     else:

@@ -252,6 +252,9 @@ def evaluate_run(
         # from the saved config: `cfg` here carries the eval-time overrides
         "fingerprint": run.fingerprint or info.get("fingerprint", ""),
         "device": dev.type,
+        # an interrupted run evaluated from its last checkpoint says so in every row
+        "steps_done": run.steps_done,
+        "steps_planned": info.get("steps"),
     }
     rows = [{**ident, **r} for r in rows]
     merge_rows(run.path / "eval.csv", rows, ROW_KEYS)

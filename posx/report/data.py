@@ -54,6 +54,8 @@ NOT_METRICS = {
     "bucket_end",
     "run_time",
     "chance",  # the task's chance level: a property of the eval set, not a measurement
+    "steps_done",  # how far the evaluated checkpoint was trained
+    "steps_planned",
 }
 
 
@@ -151,7 +153,26 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
         if col in frame:
             frame[col] = frame[col].astype(int)
     frame["variant"] = variant_labels(frame["encoding"].astype(str), frame["overrides"])
+    partial = partial_rows(frame)
+    if partial.any():  # a run evaluated before its last step is never shown as a finished one
+        done = frame.loc[partial, "steps_done"].astype(int).astype(str)
+        planned = frame.loc[partial, "steps_planned"].astype(int).astype(str)
+        frame.loc[partial, "variant"] += " (" + done + "/" + planned + " steps)"
     return frame
+
+
+# What normalize() appends to the label of a partial run's rows: ` (72/300 steps)`.
+PARTIAL = r" \(\d+/\d+ steps\)$"
+
+
+def partial_rows(frame: pd.DataFrame) -> pd.Series:
+    """Rows of runs evaluated from a checkpoint short of their planned steps (an interrupted
+    run); rows that record no steps (written before posx recorded them) are not partial."""
+    if "steps_done" not in frame or "steps_planned" not in frame:
+        return pd.Series(False, index=frame.index)
+    done = pd.to_numeric(frame["steps_done"], errors="coerce")
+    planned = pd.to_numeric(frame["steps_planned"], errors="coerce")
+    return (done < planned).fillna(False).astype(bool)
 
 
 def variant_labels(encodings: pd.Series, overrides: pd.Series) -> list[str]:

@@ -288,6 +288,15 @@ class RunRecords:
         return load_trainer_tensors(self.path)
 
     @property
+    def steps_done(self) -> int | None:
+        """The step its checkpoint holds (an interrupted run's is short of ``run.json``'s
+        ``steps``); None without a readable checkpoint."""
+        try:
+            return int(self.trainer_state["step"])
+        except (PosxError, KeyError, TypeError, ValueError):
+            return None
+
+    @property
     def data(self) -> dict[str, Any]:
         """What identifies the data the run trained on (``run.json``'s ``task_info``)."""
         return data_identity(self.info.get("task_info"))

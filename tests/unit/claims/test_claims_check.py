@@ -166,3 +166,19 @@ def test_values_at_zero_and_rankings_without_ranks_are_inconclusive(tmp_path: Pa
     assert "at chance" in verdicts["zeros"].reason
     assert verdicts["mrr"].verdict == INCONCLUSIVE, verdicts["mrr"].reason
     assert "no MRR" in verdicts["mrr"].reason
+
+
+def test_runs_evaluated_before_their_last_step_are_left_out_unless_asked(tmp_path: Path):
+    import pandas as pd
+
+    make_seed_tree(tmp_path / "results", TEXT, experiment="demo_claims")
+    write_claims(tmp_path / "conf", "demo_claims", {"wrong": CLAIMS["wrong"]})
+    for table in (tmp_path / "results").rglob("eval.csv"):
+        rows = pd.read_csv(table)
+        if set(rows["encoding"]) == {"alibi"}:  # every alibi seed stopped at step 5 of 10
+            rows.assign(steps_done=5, steps_planned=10).to_csv(table, index=False)
+    default = check_root(tmp_path / "results", [tmp_path / "conf"])
+    assert default.verdicts[0].verdict == INCONCLUSIVE  # no finished alibi run to judge
+    assert any("left out 3 run(s) evaluated before their last step" in n for n in default.notes)
+    asked = check_root(tmp_path / "results", [tmp_path / "conf"], partial=True)
+    assert asked.verdicts[0].verdict == FAILS and not asked.notes
