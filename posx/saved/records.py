@@ -3,7 +3,8 @@ Hydra's record of the command line, the checkpoint's state, shapes and weights, 
 run made it (:class:`RunKind`). :class:`~posx.saved.run.SavedRun` adds what the commands ask.
 
 Each file is read when it is first asked for and kept. A damaged file is refused in one line
-naming it, with the same words whichever reader asks (the refusal is kept and raised again).
+naming it, with the same words whichever reader asks and every time it asks (the file is not
+read again to say it).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ those answers live. ``posx eval``, ``resume``, ``extend``, ``runs``, ``report``,
 trackers and :mod:`posx.api` open a path into a ``SavedRun`` once and hand the object on; no
 other module reads ``run.json``, ``.hydra/*.yaml`` or the checkpoint's headers of a saved run.
 
-Each file is read when it is first asked for and kept: a damaged file is refused in one line
-naming it, with the same message whichever command asks (a refusal is not kept, so asking again
-says it again). A run being written (training, or an evaluation merging rows) keeps its recorded
+Each file is read when it is first asked for and kept (:class:`RunRecords`): a damaged file is
+refused in one line naming it, with the same message whichever command asks, and every time it
+is asked. A run being written (training, or an evaluation merging rows) keeps its recorded
 files unchanged, so what was read stays true while the object lives.
 
 What the run is (:class:`RunKind`) comes from ``run.json``: trained from scratch, an extension
