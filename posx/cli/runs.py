@@ -244,8 +244,22 @@ def _show_eval(run: SavedRun, rows: list[dict]) -> None:
     overrides = {str(r.get("overrides") or "") for r in rows} - {""}
     head = run.name + (f"  ({'; '.join(sorted(overrides))})" if overrides else "")
     console.print(head, style="bold", markup=False, highlight=False, soft_wrap=True)
-    for line in eval_table(rows, _train_length(run, rows)):
+    for line in eval_table(rows, _train_length(run, rows), _earlier_rows(run)):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _earlier_rows(run: SavedRun) -> list[dict]:
+    """The run's ``eval.csv`` rows (its value at the training length gives ×r when this
+    evaluation did not include that length); none when it cannot be read."""
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(run.path / "eval.csv", dtype={"overrides": str})
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return []
+    if "overrides" in table:
+        table["overrides"] = table["overrides"].fillna("")
+    return table.to_dict("records")
 
 
 def _train_length(run: SavedRun, rows: list[dict]) -> int:

@@ -20,16 +20,36 @@ def _path(path: Path) -> str:
     return shlex.quote(str(path))
 
 
-def eval_table(rows: Sequence[dict[str, Any]], train_length: int) -> list[str]:
+def eval_table(
+    rows: Sequence[dict[str, Any]],
+    train_length: int,
+    earlier: Sequence[dict[str, Any]] = (),
+) -> list[str]:
     """The run's eval rows as aligned lines in the report's metric, with ×r (relative to the
-    training length) and the reason for any length without a value."""
+    training length) and the reason for any length without a value.
+
+    Args:
+        rows: The rows to show.
+        train_length: The run's training length.
+        earlier: Rows the run had already (its ``eval.csv``): the value at the training
+            length comes from them when ``rows`` do not hold it (``posx eval RUN --lengths
+            256,512``), from a row with the same overrides.
+    """
     ok = [r for r in rows if r.get("status", "ok") == "ok"]
     metric = auto_metric(ok[0]) if ok else "loss"
-    reference = next(
-        (float(r[metric]) for r in ok if r["eval_length"] == train_length and r["mode"] == "full"),
-        math.nan,
-    )
-    ratios = math.isfinite(reference) and reference != 0 and len(ok) > 1
+    overrides = {str(r.get("overrides") or "") for r in ok}
+    at_train = [
+        r
+        for r in [*ok, *earlier]
+        if r.get("eval_length") == train_length
+        and r.get("mode") == "full"
+        and r.get("status", "ok") == "ok"
+        and str(r.get("overrides") or "") in overrides
+        and isinstance(r.get(metric), int | float)
+    ]
+    reference = float(at_train[0][metric]) if at_train else math.nan
+    shown = {r["eval_length"] for r in ok}
+    ratios = math.isfinite(reference) and reference != 0 and len(shown - {train_length}) > 0
     head = f"eval: {NAMES.get(metric, metric)} [{unit(metric)}]"
     lines = [head + (f", ×r = relative to L={train_length}" if ratios else "")]
     width = max(len(str(r["eval_length"])) for r in rows) if rows else 1

@@ -135,6 +135,24 @@ def test_eval_table(metric):
     ]
 
 
+def test_eval_table_takes_the_training_length_from_earlier_rows():
+    """`posx eval RUN --lengths 256,512` printed no ×r: the value at the training length was
+    in eval.csv, not in the new rows."""
+    new = [
+        {"eval_length": 256, "mode": "full", "status": "ok", "bpb": 3.0, "overrides": ""},
+        {"eval_length": 512, "mode": "full", "status": "ok", "bpb": 4.0, "overrides": ""},
+    ]
+    earlier = [
+        {"eval_length": 64, "mode": "full", "status": "ok", "bpb": 9.0, "overrides": "x=1"},
+        {"eval_length": 64, "mode": "sliding", "status": "ok", "bpb": 8.0, "overrides": ""},
+        {"eval_length": 64, "mode": "full", "status": "ok", "bpb": 2.0, "overrides": ""},
+    ]
+    got = eval_table(new, 64, earlier)
+    assert got[0].endswith("×r = relative to L=64")
+    assert got[1:] == ["  L=256  3.0000  ×1.50", "  L=512  4.0000  ×2.00"]
+    assert not any("×" in line for line in eval_table(new, 64)[1:])  # nothing to divide by
+
+
 def test_a_sweep_job_names_its_run_in_the_other_lines_it_logs_too(caplog, hydra_job):
     """Besides the step lines, "training N steps" and "evaluating at" interleave too."""
     import logging
