@@ -26,6 +26,12 @@ class Interrupted(PosxError):
     exit_code = 130
 
 
+def damaged_file(path: object, why: str) -> PosxError:
+    """The refusal of a run's file that cannot be read: one line naming it, why, and what to
+    do."""
+    return PosxError(f"{path} is damaged ({why}); restore it from a backup, or move the run aside")
+
+
 class PosxWarning(UserWarning):
     """Something was skipped but the command goes on (e.g. a damaged table in a report); the
     CLI prints it as one ``posx: warning:`` line."""

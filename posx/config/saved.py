@@ -17,7 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from posx.config.fingerprint import RECORDED_PRECISION, data_identity
 from posx.config.hints import key_hint
 from posx.config.schema import EvalConfig, PosxConfig
-from posx.errors import ConfigError, PosxError, one_line
+from posx.errors import ConfigError, PosxError, damaged_file, one_line
 from posx.runtime.precision import PRECISIONS
 
 # Eval settings recorded in their own columns (or not affecting results), so not in `overrides`.
@@ -51,10 +51,7 @@ def typed_config(
         typed = OmegaConf.merge(OmegaConf.structured(PosxConfig), cfg)
     except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as err:
         at = getattr(err, "full_key", None)
-        raise PosxError(
-            f"{path} is damaged ({one_line(err)}{f' at {at}' if at else ''}); restore it from a "
-            "backup, or move the run aside"
-        ) from err
+        raise damaged_file(path, one_line(err) + (f" at {at}" if at else "")) from err
     assert isinstance(typed, DictConfig)
     return typed
 

@@ -25,7 +25,7 @@ from posx.config.fingerprint import flat_config
 from posx.config.hints import override_error
 from posx.config.paths import CONFIG_DIR, searchpath_override, user_config_dirs
 from posx.errors import ConfigError
-from posx.storage.results import load_json_object
+from posx.saved import SavedRun
 from posx.tracking import LOGGERS, missing_package, selected, send_eval_rows
 from posx.tracking.base import RunRef
 
@@ -78,10 +78,7 @@ def chosen_loggers(words: Sequence[str], dirs: Sequence[Path] | None = None) -> 
 def recorded_loggers(run: Path) -> dict[str, Any]:
     """The trackers an earlier evaluation of this model selected (its ``run.json``); ``{}`` for
     a new run, or a record that is not a mapping of known trackers (it is rewritten)."""
-    try:
-        found = load_json_object(run / "run.json").get("logger")
-    except (OSError, ValueError):
-        return {}
+    found = SavedRun(run).recorded.get("logger")
     if not isinstance(found, dict):
         return {}
     return {k: v for k, v in found.items() if k in LOGGERS and isinstance(v, dict)}

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from posx.config.build import build_model, build_positions, build_task
 from posx.config.compose import check_group_value, compose, eval_lengths
@@ -199,15 +199,13 @@ def check_buildable(cfg: DictConfig) -> None:
     check_memory(cfg, task.vocab_size)  # before anything sized by the config exists
     model = build_model(cfg, task.vocab_size)
     strategy = build_positions(cfg)
-    check_structure(cfg, task, model.encoding, strategy)
+    check_structure(task, model.encoding, strategy)
     strategy.check(model.encoding, cfg.train.length)
     # one tiny batch: a length too short for the task fails here
     task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
 
 
-def check_structure(
-    cfg: DictConfig, task: Task, encoding: PositionalEncoding, strategy: PositionStrategy
-) -> None:
+def check_structure(task: Task, encoding: PositionalEncoding, strategy: PositionStrategy) -> None:
     """Refuses positions that read a task's numbers on a task without them, and an encoding
     that needs such positions without them: either would train plain positions under a label
     that says otherwise (``rope+coupling`` on text).
@@ -215,14 +213,14 @@ def check_structure(
     Raises:
         ConfigError: One line naming the options and what to choose instead.
     """
-    task_name = OmegaConf.select(cfg, "chosen.task") or type(task).__name__
+    task_name = type(task).__name__
     if strategy.needs_structure and not task.has_structure:
         raise ConfigError(
             f"positions={strategy.name} places each digit by its number and significance, and "
             f"task {task_name} has no numbers to read (only task=arithmetic has): use it with "
             "task=arithmetic, or another positions option here"
         )
-    if getattr(encoding, "needs_structure", False) and not strategy.needs_structure:
+    if encoding.needs_structure and not strategy.needs_structure:
         raise ConfigError(
             f"encoding {type(encoding).__name__} indexes its table by a digit's place, which "
             f"positions={strategy.name} does not give it: train it with positions=abacus on "

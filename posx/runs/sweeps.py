@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from posx.errors import ConfigError, PosxError, one_line
+from posx.saved import SavedRun
 from posx.storage.results import load_json_object
 
 Key = frozenset[tuple[str, str]]
@@ -81,15 +82,18 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
 
 
 def _job_result(run_dir: Path) -> tuple[str, str]:
-    info_path = run_dir / "run.json"
-    if not info_path.is_file() and (run_dir / "job.json").is_file():
-        info_path = run_dir / "job.json"  # a `posx eval -m hf=...` job: its run lies elsewhere
-    if not info_path.is_file():
+    run, job = SavedRun(run_dir), run_dir / "job.json"
+    if (run_dir / "run.json").is_file():
+        info: dict[str, Any] = run.recorded
+        if run.info_error is not None:
+            return "damaged", f"run.json is damaged ({run.info_error})"
+    elif job.is_file():  # a `posx eval -m hf=...` job: its run lies elsewhere
+        try:
+            info = load_json_object(job)
+        except (OSError, ValueError) as err:
+            return "damaged", f"run.json is damaged ({one_line(err)})"
+    else:
         return "incomplete", "no run.json (stopped before training started)"
-    try:
-        info: dict[str, Any] = load_json_object(info_path)
-    except (OSError, ValueError) as err:
-        return "damaged", f"run.json is damaged ({one_line(err)})"
     if info.get("status") == "failed":
         return "failed", str(info.get("error", ""))
     if info.get("status") == "finished":  # a pretrained evaluation's job

@@ -1,6 +1,6 @@
 """What a run directory records, read once: ``run.json``, the saved and recorded configs,
-Hydra's record of the command line, the checkpoint's state, shapes and weights, and what kind of
-run made it (:class:`RunKind`). :class:`~posx.saved.run.SavedRun` adds what the commands ask.
+Hydra's record of the command line, the checkpoint's state, shapes and weights, and its lineage.
+:class:`~posx.saved.run.SavedRun` adds what kind of run it is and what the commands ask.
 
 Each file is read when it is first asked for and kept. A damaged file is refused in one line
 naming it, with the same words whichever reader asks and every time it asks (the file is not
@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, OmegaConf
 
 from posx.config.fingerprint import config_fingerprint, data_identity, with_records
 from posx.config.paths import dirs_of_searchpath, user_config_dirs
 from posx.config.saved import typed_config
 from posx.errors import ConfigError, PosxError, one_line
+from posx.saved.hydra_record import read_overrides, read_searchpath
 from posx.storage.checkpoint import (
     checkpoint_dir,
     checkpoint_state,
@@ -40,15 +38,6 @@ INFO = "run.json"
 CONFIG = ".hydra/config.yaml"
 OVERRIDES = ".hydra/overrides.yaml"
 HYDRA = ".hydra/hydra.yaml"
-
-
-class RunKind(StrEnum):
-    """What made a run directory (``run.json`` says)."""
-
-    TRAINED = "trained"  # posx train, from scratch
-    EXTENSION = "extension"  # posx extend of a posx run: run.json has `parent`
-    PRETRAINED = "pretrained"  # posx eval hf:: a pretrained model's rows, never trained here
-    PRETRAINED_EXTENSION = "pretrained extension"  # a pretrained model fine-tuned longer
 
 
 class RunRecords:
@@ -109,9 +98,7 @@ class RunRecords:
     def info_error(self) -> str | None:
         """Why ``run.json`` cannot be read (missing, not JSON, not an object), else None."""
         read = self._info_read
-        if isinstance(read, dict):
-            return None
-        return (str(read).strip().splitlines() or [type(read).__name__])[0]
+        return None if isinstance(read, dict) else one_line(read)
 
     @cached_property
     def config(self) -> DictConfig:
@@ -135,12 +122,12 @@ class RunRecords:
         try:
             return OmegaConf.load(path)
         except Exception as err:  # noqa: BLE001 - kept, and raised to each reader
-            return _Failed(err)
+            return err
 
     def _loaded_config(self) -> Any:
         read = self._config_read
-        if isinstance(read, _Failed):
-            raise read.error
+        if isinstance(read, BaseException):
+            raise read
         return copy.deepcopy(read)  # each reader may change its own
 
     @property
@@ -169,7 +156,8 @@ class RunRecords:
             info: What ``run.json`` records; default: read from the run (training passes what
                 it is about to write).
         """
-        base = self._raw_config if self._raw_config is not None else cfg
+        saved = self._raw_config
+        base = saved if saved is not None else cfg
         if base is None:
             return ""
         return config_fingerprint(with_records(base, self.recorded if info is None else info))
@@ -182,29 +170,14 @@ class RunRecords:
     @cached_property
     def overrides(self) -> list[str]:
         """The config overrides the run was trained with (``.hydra/overrides.yaml``), as
-        untrusted input: a list of ``key=value`` strings that leave Hydra's own settings alone.
+        untrusted input (:func:`~posx.saved.hydra_record.read_overrides`).
 
         Raises:
-            ConfigError: No such file, or an entry that sets Hydra itself (callbacks, launchers
-                and flags run code).
+            ConfigError: No such file, or an entry that sets Hydra itself.
             PosxError: The file is not a YAML list of strings.
         """
         self.require_overrides()
-        path = self.path / OVERRIDES
-        loaded = _load_run_yaml(path)
-        if not isinstance(loaded, ListConfig) or not all(isinstance(o, str) for o in loaded):
-            raise _damaged(path, "a list of key=value overrides was expected")
-        # posx's own entries: resume sets train.resume itself, and the config dirs come from
-        # hydra.yaml (see config_dirs); every other Hydra setting is refused below.
-        own = ("train.resume=", "hydra.searchpath=")
-        overrides = [str(o) for o in loaded if not str(o).startswith(own)]
-        for o in overrides:
-            if o.startswith("-") or o.split("=", 1)[0].lstrip("+~").startswith("hydra"):
-                raise ConfigError(
-                    f"{path} has {o!r}: a run's overrides may set posx's config only, not "
-                    "Hydra's settings or flags (those can run code); remove that line to resume"
-                )
-        return overrides
+        return read_overrides(self.path / OVERRIDES)
 
     def require_overrides(self) -> None:
         """Refuses a directory without Hydra's record of the command line (``posx resume`` and
@@ -223,13 +196,7 @@ class RunRecords:
         Raises:
             PosxError: The file is damaged.
         """
-        path = self.path / HYDRA
-        if not path.is_file():
-            return []
-        value = _load_run_yaml(path, "hydra.searchpath") or []
-        if not isinstance(value, ListConfig | list):
-            raise _damaged(path, "hydra.searchpath is not a list")
-        return list(value)
+        return read_searchpath(self.path / HYDRA)
 
     def config_dirs(self, current: Sequence[Path]) -> list[Path]:
         """The config dirs to compose the run's overrides with: the user's (``current``) first,
@@ -313,13 +280,6 @@ class RunRecords:
         return parent if isinstance(parent, dict) and parent else None
 
     @property
-    def kind(self) -> RunKind:
-        pretrained = self.status == "pretrained" or "pretrained" in self.recorded
-        if pretrained:
-            return RunKind.PRETRAINED_EXTENSION if self.parent else RunKind.PRETRAINED
-        return RunKind.EXTENSION if self.parent else RunKind.TRAINED
-
-    @property
     def experiment(self) -> str:
         """The preset the run records (``run.json``'s ``experiment``, else its saved config's
         ``experiment_name``); ``""`` when neither names one."""
@@ -334,24 +294,3 @@ class RunRecords:
                 cfg = None
             name = str(cfg.get("experiment_name") or "") if cfg is not None else ""
         return name
-
-
-class _Failed:
-    """A file that could not be parsed: its error, raised again to each reader."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-def _load_run_yaml(path: Path, key: str | None = None) -> Any:
-    """A YAML file of a run (untrusted input), or its ``key``; :class:`PosxError` naming the
-    file as damaged when it cannot be read."""
-    try:
-        loaded = OmegaConf.load(path)
-        return loaded if key is None else OmegaConf.select(loaded, key)
-    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as err:
-        raise _damaged(path, one_line(err)) from err
-
-
-def _damaged(path: Path, why: str) -> PosxError:
-    return PosxError(f"{path} is damaged ({why}); restore it from a backup, or move the run aside")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,19 @@ from posx.config.saved import (
 from posx.config.trust import check_trusted, is_recorded, recorded
 from posx.config.validate import validate
 from posx.errors import ConfigError, PosxError
-from posx.saved.records import CONFIG, OVERRIDES, RunKind, RunRecords
+from posx.saved.records import CONFIG, OVERRIDES, RunRecords
 from posx.storage.checkpoint import check_identity
 
 __all__ = ["RunKind", "SavedRun"]
+
+
+class RunKind(StrEnum):
+    """What made a run directory (``run.json`` says)."""
+
+    TRAINED = "trained"  # posx train, from scratch
+    EXTENSION = "extension"  # posx extend of a posx run: run.json has `parent`
+    PRETRAINED = "pretrained"  # posx eval hf:: a pretrained model's rows, never trained here
+    PRETRAINED_EXTENSION = "pretrained extension"  # a pretrained model fine-tuned longer
 
 
 class SavedRun(RunRecords):
@@ -56,6 +66,13 @@ class SavedRun(RunRecords):
     def of(cls, run: SavedRun | Path | str) -> SavedRun:
         """``run`` itself when it is already open, else the run at that path."""
         return run if isinstance(run, SavedRun) else cls(run)
+
+    @property
+    def kind(self) -> RunKind:
+        pretrained = self.status == "pretrained" or "pretrained" in self.recorded
+        if pretrained:
+            return RunKind.PRETRAINED_EXTENSION if self.parent else RunKind.PRETRAINED
+        return RunKind.EXTENSION if self.parent else RunKind.TRAINED
 
     def check_loadable(
         self,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from posx.errors import ConfigError, PosxError, one_line
+from posx.errors import ConfigError, PosxError, damaged_file, one_line
 from posx.storage.atomic import atomic_write, shared_mode
 
 SCHEMA_VERSION = 1
@@ -79,9 +79,7 @@ def check_run_info(run_dir: Path, read: dict[str, Any] | BaseException) -> dict[
     if isinstance(read, ConfigError):
         raise read
     if isinstance(read, BaseException):
-        raise PosxError(
-            f"{path} is damaged ({one_line(read)}); restore it from a backup, or move the run aside"
-        ) from read
+        raise damaged_file(path, one_line(read)) from read
     info = read
     if info.get("schema_version", 0) > SCHEMA_VERSION:
         raise PosxError(

@@ -149,3 +149,14 @@ def test_evaluate_takes_eval_lengths_as_lengths_as_the_cli_does(user_run, no_env
     rows = posx.evaluate(run, overrides=["eval.lengths=[8,24]"])
     assert list(rows["eval_length"]) == [8, 24]
     assert set(rows["overrides"].fillna("")) == {""}
+
+
+def test_structured_positions_on_text_are_refused_in_the_clis_words(tmp_path):
+    """posx.train named the task as the dict posx.compose records ({'name': ..., 'target': ...})."""
+    import posx
+    from posx.errors import ConfigError
+
+    cfg = posx.compose("task=text", "positions=coupling", "train.steps=1", f"root={tmp_path}")
+    with pytest.raises(ConfigError, match=r"and task TextTask has no numbers to read \(only"):
+        posx.train(cfg)
+    assert not (tmp_path / "runs").exists()
