@@ -168,7 +168,7 @@ def test_values_at_zero_and_rankings_without_ranks_are_inconclusive(tmp_path: Pa
     assert "no MRR" in verdicts["mrr"].reason
 
 
-def test_runs_evaluated_before_their_last_step_are_left_out_unless_asked(tmp_path: Path):
+def test_runs_evaluated_before_their_last_step_are_left_out_unless_asked(tmp_path: Path, cli):
     import pandas as pd
 
     make_seed_tree(tmp_path / "results", TEXT, experiment="demo_claims")
@@ -182,3 +182,8 @@ def test_runs_evaluated_before_their_last_step_are_left_out_unless_asked(tmp_pat
     assert any("left out 3 run(s) evaluated before their last step" in n for n in default.notes)
     asked = check_root(tmp_path / "results", [tmp_path / "conf"], partial=True)
     assert asked.verdicts[0].verdict == FAILS and not asked.notes
+    # through the command a user types: exit 3 (inconclusive) with the note, 1 with --partial
+    base = ("--config-dir", str(tmp_path / "conf"), "check", str(tmp_path / "results"), "-f", "md")
+    shown = cli(*base)
+    assert shown.returncode == 3 and "evaluated before their last step" in shown.stdout
+    assert cli(*base, "--partial").returncode == 1
