@@ -17,14 +17,15 @@ import pandas as pd
 from posx.config.variant_names import long_label, short_label
 from posx.config.variant_names import matches as variant_matches
 from posx.errors import ConfigError, PosxError, PosxWarning
-from posx.report.configs import PREFIX, attach_configs
+from posx.report.configs import PREFIX, attach_configs, config_column
 from posx.report.damage import INTEGER_COLUMNS, table_problem
 from posx.report.units import AUTO_METRICS
 from posx.saved import SavedRun
 from posx.storage.results import find_runs
 
 # One table per combination of these; `--by` moves some of them into the row labels instead.
-IDENTITY = ["task", "train_length", "model", "mode"]
+# length_unit splits tables too: a column never holds 128 bytes beside 128 tokens.
+IDENTITY = ["task", "train_length", "length_unit", "model", "mode"]
 BY_CHOICES = ("task", "model", "train_length", "mode", "seed")
 LOWER_IS_BETTER = {
     "loss": True,
@@ -109,7 +110,17 @@ def load_evals(root: Path) -> pd.DataFrame:
     if not frames:
         raise ConfigError(f"no eval.csv found under {root}; run `posx train` or `posx eval` first")
     _skip(damaged)
-    return attach_configs(normalize(pd.concat(frames, ignore_index=True)), root)
+    return byte_units(attach_configs(normalize(pd.concat(frames, ignore_index=True)), root))
+
+
+def byte_units(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of byte-level text runs written before a text task recorded ``bytes`` say
+    ``tokens``; their saved config (``task.tokenizer=byte``) tells them apart."""
+    column = config_column("task.tokenizer")
+    if column in frame:
+        old = (frame[column] == "byte") & (frame["length_unit"] == "tokens")
+        frame.loc[old, "length_unit"] = "bytes"
+    return frame
 
 
 def load_positions(root: Path) -> pd.DataFrame | None:
@@ -119,7 +130,7 @@ def load_positions(root: Path) -> pd.DataFrame | None:
     _skip(damaged)
     if not frames:
         return None
-    return attach_configs(normalize(pd.concat(frames, ignore_index=True)), root)
+    return byte_units(attach_configs(normalize(pd.concat(frames, ignore_index=True)), root))
 
 
 def load_training(root: Path) -> pd.DataFrame | None:
@@ -144,9 +155,10 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
     """Fills the identity columns that CSV round trips leave empty and adds ``variant``."""
     frame = frame.copy()
     # An all-empty text column reads back as float NaN; go through object to fill it.
-    defaults = {"overrides": "", "mode": "full", "status": "ok", "reason": ""}
-    for col, default in defaults.items():
-        if col in frame or col in ("overrides", "mode"):
+    # Rows written before posx recorded a length unit counted tokens.
+    always = {"overrides": "", "mode": "full", "length_unit": "tokens"}
+    for col, default in {**always, "status": "ok", "reason": ""}.items():
+        if col in frame or col in always:
             values = frame[col] if col in frame else pd.Series(default, index=frame.index)
             frame[col] = values.astype(object).fillna(default).astype(str)
     for col in ("train_length", "eval_length", "seed"):

@@ -27,7 +27,8 @@ from posx.report.tables import (
 
 LEGEND = (
     "mean ± std over seeds in the unit of the table's title (n = distinct seeds); L = eval "
-    "length in tokens (a column named N digits: operands of up to N digits); ×r = the "
+    "length in the tokens or bytes the title names (a column named N digits: operands of up "
+    "to N digits); ×r = the "
     "cell's value over the same run's value at its training length (same metric, 1.00 = "
     "unchanged); best per column in bold"
 )

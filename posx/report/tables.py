@@ -106,18 +106,11 @@ def summarize(
     out["margin"] = out["margin"].fillna(0.0)
     out["learned"] = learned_rows(out, row_keys(by), learned, learned_loss)
     out["best"] = _best(out, by)
-    units = length_units(frame)
-    out["length_unit"] = [units.get(str(task), "tokens") for task in out["task"]]
     return out.sort_values(keys).reset_index(drop=True)
 
 
-def length_units(frame: pd.DataFrame) -> dict[str, str]:
-    """Task -> what its eval lengths count (``tokens``; ``digits`` for arithmetic), from the
-    rows' ``length_unit`` column (rows written before it existed count tokens)."""
-    if "length_unit" not in frame:
-        return {}
-    units = frame.dropna(subset=["length_unit"]).groupby("task")["length_unit"].first()
-    return {str(k): str(v) for k, v in units.items()}
+# Units whose lengths are sequence positions, headed ``L=64``; other units (digits) name themselves.
+SEQUENCE_UNITS = ("tokens", "bytes")
 
 
 def length_unit(meta: dict[str, Any]) -> str:
@@ -126,15 +119,16 @@ def length_unit(meta: dict[str, Any]) -> str:
 
 
 def length_header(meta: dict[str, Any], length: int) -> str:
-    """A length column's header: ``L=64`` for tokens, ``5 digits`` (etc.) for other units."""
+    """A length column's header: ``L=64`` for tokens and bytes (the title names which),
+    ``5 digits`` for digits."""
     unit = length_unit(meta)
-    return f"L={length}" if unit == "tokens" else f"{length} {unit}"
+    return f"L={length}" if unit in SEQUENCE_UNITS else f"{length} {unit}"
 
 
 def tex_length(meta: dict[str, Any], length: int) -> str:
     """:func:`length_header` for LaTeX: ``$L=64$``, ``5 digits``."""
     header = length_header(meta, length)
-    return f"${header}$" if length_unit(meta) == "tokens" else header
+    return f"${header}$" if length_unit(meta) in SEQUENCE_UNITS else header
 
 
 def _best(out: pd.DataFrame, by: Sequence[str]) -> pd.Series:
@@ -218,8 +212,6 @@ def pivot(
         meta: dict[str, Any] = dict(zip(keys, key, strict=True))
         meta["metric"] = metrics[0] if len(metrics) == 1 else "/".join(metrics)
         meta["by"] = list(by)
-        if "length_unit" in part:
-            meta["length_unit"] = str(part["length_unit"].iloc[0])
         table = WideTable(
             meta, sorted(int(x) for x in part["eval_length"].unique()), [], {}, {}, {}, {}
         )
@@ -261,6 +253,8 @@ def title(meta: dict[str, Any]) -> str:
         parts.append(f"model {meta['model']}")
     if "train_length" in meta:
         parts.append(f"trained at {meta['train_length']} {length_unit(meta)}")
+    else:  # rows of several training lengths: the columns' unit still needs saying
+        parts.append(f"lengths in {length_unit(meta)}")
     if "mode" in meta:
         parts.append(f"mode {meta['mode']}")
     metric = str(meta["metric"])

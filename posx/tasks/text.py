@@ -116,6 +116,9 @@ class TextTask(Task):
         self._cache = Path(cache_dir) if cache_dir else None
         self.tokenizer = make_tokenizer(tokenizer, vocab_size, tokenizer_file, train, self._cache)
         self.vocab_size = self.tokenizer.vocab_size
+        # A byte-level run's L=128 is 128 bytes, a BPE run's 128 tokens: reports keep the two
+        # apart (one unit per column) by what the rows record here.
+        self.length_unit = self.tokenizer.unit
         self.train_ids = self.tokenizer.encode(train, self._cache)
 
     def _too_short(self, n: int, length: int, split: str, size: str = "") -> str | None:

@@ -66,10 +66,28 @@ def test_report_runs_and_check_read_a_pretrained_run_beside_a_posx_run(cli, mode
                   "text", check=True)  # fmt: skip
     cells = pd.DataFrame(json.loads(report.stdout)["cells"])
     assert set(cells["variant"]) == {"tinyllama", "tinyllama+yarn×2", "rope"}
-    assert cells[["task", "train_length", "mode"]].drop_duplicates().shape[0] == 1  # one table
-    md = posx("report", "--root", str(root), "--by", "model", "--format", "md", check=True).stdout
-    (table,) = [t for t in md.split("\n\n") if "| tinyllama · model=pretrained |" in t]
-    assert "| rope · model=tiny |" in table, md  # one table holds both
+    # One column holds one unit: the byte-level posx run's L=32 is 32 bytes, the pretrained
+    # model's 32 of its BPE tokens, so they sit in two tables, each titled with its unit.
+    units = dict(zip(cells["variant"], cells["length_unit"], strict=False))
+    assert units == {"tinyllama": "tokens", "tinyllama+yarn×2": "tokens", "rope": "bytes"}
+    md = posx("report", "--root", str(root), "--by", "model,train_length", "--format", "md",
+              check=True).stdout  # fmt: skip
+    (table,) = [t for t in md.split("\n\n") if "tinyllama · model=pretrained" in t]
+    assert "rope · model=tiny" not in table, md
+    (other,) = [t for t in md.split("\n\n") if "rope · model=tiny" in t]
+    titles = [t for t in md.split("\n\n") if t.startswith("**text · lengths in")]
+    assert [t.split(" · ")[1] for t in titles] == ["lengths in bytes", "lengths in tokens"], md
+    # Rows written before a text task recorded its unit say tokens, or have no unit column:
+    # the run's saved config (task.tokenizer=byte) still reads them as bytes.
+    (mine,) = (root / "runs").glob("*/eval.csv")
+    written = pd.read_csv(mine, keep_default_na=False)
+    for legacy in (written.assign(length_unit="tokens"), written.drop(columns="length_unit")):
+        legacy.to_csv(mine, index=False)
+        again = posx("report", "--root", str(root), "--by", "model", "--format", "json", "--task",
+                     "text", check=True)  # fmt: skip
+        cells = pd.DataFrame(json.loads(again.stdout)["cells"])
+        assert set(cells.loc[cells["variant"] == "rope", "length_unit"]) == {"bytes"}
+    written.to_csv(mine, index=False)
     posx("report", "--root", str(root), "-o", str(tmp_path / "r.html"), check=True)
     page = (tmp_path / "r.html").read_text()
     assert f"pretrained/{run.name}/run.json" in page  # its record, as it has no saved config
