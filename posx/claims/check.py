@@ -17,7 +17,10 @@ seed's runs alone.
   ranking of the seed-mean tables);
 - *seed agreement*: the fraction of seed-level comparisons for which it holds: every pair of a
   seed of A with a seed of B (runs of different encodings are independent), a seed against a
-  number, and for ``mrr:`` the seeds themselves (each seed is one whole ranking).
+  number, and for ``mrr:`` the seeds themselves (each seed is one whole ranking). Runs related
+  by lineage are not independent: when A and B share a parent (two extensions of one base) or
+  one is the other's parent, each parent's runs are compared with each other, and ``k/n``
+  counts the parents (:mod:`posx.claims.lineage`).
 
 The verdict: **✓ holds** when every link holds on the mean and in at least ``level`` (0.8) of
 its seed comparisons; **✗ fails** when some link fails on the mean and its opposite holds in at

@@ -11,6 +11,7 @@ import pandas as pd
 from posx.claims.check import check_claims
 from posx.claims.files import load_claims
 from posx.claims.language import ID, ClaimsFile
+from posx.claims.lineage import attach_lineage
 from posx.claims.verdict import LEVEL, MIN_SEEDS, Verdict
 from posx.config.paths import options, user_config_dirs
 from posx.errors import ConfigError
@@ -74,7 +75,7 @@ def check_root(
         raise ConfigError(
             f"no claims for experiment {experiment!r}; presets with claims: {', '.join(files)}"
         )
-    frame = load_evals(root)
+    frame = attach_lineage(load_evals(root), root)
     runs = {d: run_experiment(root / d) for d in frame["run_dir"].unique()}
     frame = frame.assign(experiment=frame["run_dir"].map(runs))
     frame = frame[frame["mode"] == "full"]

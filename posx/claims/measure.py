@@ -9,6 +9,7 @@ from itertools import product
 import pandas as pd
 
 from posx.claims.language import Statement, Term
+from posx.claims.lineage import paired_by_parent, seed_lineage
 from posx.claims.verdict import COMPARE, Link, Measured, Verdict
 from posx.errors import ConfigError
 from posx.report.chance import LEARNED, cell_at_chance
@@ -32,8 +33,9 @@ def _link(a: Term, op: str, b: Term, values: dict[str, Measured], paired: bool) 
         pairs = [(v, mean_b) if seeds_a is not None else (mean_a, v) for v in seeds.values()]
     elif paired:
         pairs = [(seeds_a[s], seeds_b[s]) for s in sorted(set(seeds_a) & set(seeds_b))]
-    else:
-        pairs = list(product(seeds_a.values(), seeds_b.values()))
+    else:  # runs that share a parent (or a run and its parent) pair by the parent
+        lined = paired_by_parent(seeds_a, values[a.key].lineage, seeds_b, values[b.key].lineage)
+        pairs = lined if lined is not None else list(product(seeds_a.values(), seeds_b.values()))
     agree = sum(compare(x, y) for x, y in pairs)
     return Link(str(a), op, str(b), compare(mean_a, mean_b), agree, len(pairs))
 
@@ -106,9 +108,13 @@ def _not_learned(name: str, cells: pd.DataFrame) -> str:
     )
 
 
-def _measure(verdict: Verdict, term: Term, cells: pd.DataFrame, seeds: pd.DataFrame) -> None:
-    """Adds one named term's report cell (its mean, or ×r) and per-seed cells to the verdict,
-    or sets the reason it has none (not run, failed, several configurations, not learned)."""
+def _measure(
+    verdict: Verdict, term: Term, summaries: tuple[pd.DataFrame, pd.DataFrame], rows: pd.DataFrame
+) -> None:
+    """Adds one named term's report cell (its mean, or ×r) and per-seed cells (with each
+    seed's run's lineage, from ``rows``) to the verdict, or sets the reason it has none (not
+    run, failed, several configurations, not learned)."""
+    cells, seeds = summaries
     where = verdict.claim.statement.where()
     if term.factor is not None or term.length is not None:
         where = "at " + (f"{term.factor}x" if term.factor is not None else f"L={term.length}")
@@ -137,7 +143,9 @@ def _measure(verdict: Verdict, term: Term, cells: pd.DataFrame, seeds: pd.DataFr
     if math.isnan(mean) or not per_seed:
         verdict.reason = f"{term} has no value at the training length to divide by"
         return
-    verdict.measured.append(Measured(term.key, per_seed, mean))
+    fingerprint = ok["fingerprint"].iloc[0]
+    mine = rows[(rows["variant"].astype(str) == term.name) & (rows["fingerprint"] == fingerprint)]
+    verdict.measured.append(Measured(term.key, per_seed, mean, seed_lineage(mine)))
 
 
 def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
@@ -146,7 +154,7 @@ def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
     st = verdict.claim.statement
     rows = _task_rows(verdict, frame)
     summaries = _summaries(verdict, rows) if rows is not None else None
-    if summaries is None:
+    if summaries is None or rows is None:
         return
     cells, seeds = summaries
     lengths = sorted(set(_at_length(verdict, cells)["eval_length"]))
@@ -156,7 +164,7 @@ def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
         if term.name is None or term.key in measured:
             continue  # `A <= B` and `A <= B + 0.1` read B once
         measured.add(term.key)
-        _measure(verdict, term, cells, seeds)
+        _measure(verdict, term, summaries, rows)
         if verdict.reason:
             return
     _at_chance(verdict, _at_length(verdict, cells))

@@ -28,6 +28,8 @@ class Measured:
     term: str
     seeds: dict[int, float]
     mean: float
+    # seed -> (its run's lineage key, its parent's): runs that share a parent pair by it
+    lineage: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def std(self) -> float:

@@ -47,6 +47,10 @@ DATA_KEYS = ("corpus_crc32", "corpus_bytes", "val_bytes", "tokenizer_sha256")
 # Where run.json records what each config node's `precision` resolved to.
 RECORDED_PRECISION = {"train": "train_precision", "eval": "eval_precision"}
 
+# Extension settings added after extensions were first saved: an older extension's config
+# lacks them, and its fingerprint stays what it was when it was written.
+ADDED_LATER = ("extend.parent_length", "extend.base_factor")
+
 # Keys (and everything below them) that do not identify an experiment, with the reason.
 NOT_IDENTITY: dict[str, str] = {
     "seed": "the replicate: runs that differ only in seed are one experiment",
@@ -162,6 +166,9 @@ def identity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Scalar]:
     flat = flat_config(cfg)
     if flat.get("extend.parent") is None:  # trained from scratch: as before extensions existed
         flat = {k: v for k, v in flat.items() if not k.startswith("extend.")}
+    for key in ADDED_LATER:  # unset in an extension saved before they existed: as it was then
+        if flat.get(key) is None:
+            flat.pop(key, None)
     if "train.precision" in flat:
         flat["train.precision"] = _known_precision(flat)
     return {k: v for k, v in flat.items() if is_identity_key(k)}

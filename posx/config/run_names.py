@@ -90,28 +90,54 @@ def parent_config(cfg: DictConfig) -> DictConfig | None:
     return loaded if isinstance(loaded, DictConfig) else None
 
 
+def base_of(cfg: DictConfig) -> tuple[DictConfig | None, str]:
+    """The first base of an extension's lineage (the run trained from scratch its chain
+    starts at): its saved config and its label. Up the chain through each ancestor's
+    ``extend.parent``; where an ancestor cannot be read, the oldest one that can, with its
+    own label."""
+    node, label = cfg, str(cfg.extend.parent_label or "parent")
+    for _ in range(64):  # a chain of extensions, never a cycle (each names an older run)
+        parent = parent_config(node)
+        if parent is None:
+            return None, label
+        if not OmegaConf.select(parent, "extend.parent"):
+            return parent, label
+        node, label = parent, str(OmegaConf.select(parent, "extend.parent_label") or label)
+    return None, label
+
+
+def _named_changes(mine: dict[str, str], old: dict[str, str]) -> str:
+    """The encoding settings an extension changed, as a label names them: a node with a
+    ``type`` by its type and factor (``yarn×16``, its other keys left to the report's
+    "differs in"), any other changed key as ``key=value``."""
+    changed = {k: v for k, v in mine.items() if old.get(k) != v}
+    typed = {k.rsplit(".", 1)[0] for k in mine if k.endswith(".type")}
+    for node in typed:
+        if any(k.startswith(f"{node}.") for k in changed):
+            changed = {k: v for k, v in changed.items() if not k.startswith(f"{node}.")}
+            changed[f"{node}.type"] = mine[f"{node}.type"]
+            if f"{node}.factor" in mine:
+                changed[f"{node}.factor"] = mine[f"{node}.factor"]
+    return " ".join(f"{k}={v}" for k, v in sorted(changed.items()))
+
+
 def extension_label(cfg: DictConfig, positions: str | None) -> str:
-    """What an extension is called: its parent's label, what it changed in the encoding (as an
-    eval-time variant of the same change is named: ``+yarn×4``), the position strategy it
-    switched to (``+pose``) and the length it fine-tuned at (``+ft@256``):
-    ``rope+yarn×4+ft@256``; an extension of it adds its own parts after those.
+    """What an extension is called: its first base's label, what its encoding holds that the
+    base's does not (as an eval-time variant of the same change is named: ``+yarn×4``), the
+    position strategy it switched to (``+pose``) and the length it fine-tuned at:
+    ``rope+yarn×4+ft@256``. An extension of it is named from the same base
+    (``rope+yarn×16+ft@1024``: the scaling counts from the base's positions).
 
     Args:
         cfg: The extension's config (``extend.parent``, ``extend.parent_label``).
         positions: The label of its position strategy.
     """
-    parent = parent_config(cfg)
-    theirs = _plain(parent.get("encoding")) if parent is not None else {}
+    base, base_label = base_of(cfg)
+    theirs = _plain(base.get("encoding")) if base is not None else {}
     ours = _plain(cfg.get("encoding"))
     mine, old = _leaves(ours, "encoding", {}), _leaves(theirs, "encoding", {})
-    changed = {k: v for k, v in mine.items() if old.get(k) != v}
-    for key in list(changed):  # a changed factor is named with its node's type: yarn×8
-        node_type = f"{key.rsplit('.', 1)[0]}.type"
-        if node_type in mine:
-            changed[node_type] = mine[node_type]
-    tokens = " ".join(f"{k}={v}" for k, v in sorted(changed.items())) if theirs else ""
-    label = short_label(str(cfg.extend.parent_label or "parent"), tokens)
-    if parent is not None and _plain(parent.get("positions")) != _plain(cfg.get("positions")):
+    label = short_label(base_label, _named_changes(mine, old) if theirs else "")
+    if base is not None and _plain(base.get("positions")) != _plain(cfg.get("positions")):
         label += f"+{positions or 'default'}"
     return f"{label}+ft@{cfg.train.length}"
 

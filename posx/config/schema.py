@@ -93,11 +93,16 @@ class ExtendConfig:
     # The length the weights' positions were first trained at (the first ancestor's
     # train.length): the encoding's `train_length` (RoPE's scaling.original_length default).
     base_length: int | None = None
-    # The fine-tuning the methods of configs/extension/ read (`extension=yarn`): the length
-    # to fine-tune at (PoSE: the target its positions spread over), the scaling factor, and
-    # a fresh schedule of `steps` with `lr` and `warmup_steps` (the same for every method).
-    length: int = 256
+    # The parent's train.length, and the scaling's factor over the first base's positions
+    # (factor x parent_length / base_length: a chain 32 -> 128 -> 512 is yarn×4, then yarn×16).
+    parent_length: int | None = None
+    base_factor: float | None = None
+    # The fine-tuning the methods of configs/extension/ read (`extension=yarn`): the factor
+    # over the parent's train.length, the length to fine-tune at (PoSE: the target its
+    # positions spread over; null: factor x the parent's train.length, set by posx extend),
+    # and a fresh schedule of `steps` with `lr` and `warmup_steps` (the same for every method).
     factor: float = 4.0
+    length: int | None = None
     steps: int = 200
     lr: float = 1e-3
     warmup_steps: int = 20

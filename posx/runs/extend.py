@@ -11,31 +11,38 @@ its own run directory under the parent's results root. Its ``run.json`` records 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from posx.config.compose import compose
-from posx.config.paths import options, user_config_dirs
-from posx.errors import ConfigError, Interrupted, PosxError
+from posx.config.paths import user_config_dirs
+from posx.errors import ConfigError, Interrupted, PosxError, PosxWarning
+from posx.runs.extend_length import PARENT_ONLY, Lengths, launch_lengths
+from posx.runs.extend_methods import (
+    GROUP,
+    TARGET,
+    chosen_methods,
+    method_keys,
+    override_key,
+    refused_pairs,
+    with_methods,
+)
 from posx.runs.launch import run_train
-from posx.runs.preflight import override_combinations, split_args
+from posx.runs.preflight import check_buildable, override_combinations, split_args
 from posx.runs.shapes import check_shapes
 from posx.saved import SavedRun
 from posx.storage.results import find_runs
 
 # What `posx extend` sets itself (the user's choice among them: extend.resize).
 OWN_KEYS = ("extend.parent", "extend.parent_sha256", "extend.parent_fingerprint",
-            "extend.parent_label", "extend.parent_step", "extend.base_length")  # fmt: skip
+            "extend.parent_label", "extend.parent_step", "extend.base_length",
+            "extend.parent_length", "extend.base_factor")  # fmt: skip
 RESIZE = ("none", "interpolate", "copy")
-GROUP = "extension"  # the methods: configs/extension/NAME.yaml
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _quoted(value: str) -> str:
@@ -124,6 +131,7 @@ def check_parent(run: SavedRun | Path, dirs: list[Path], trust: Sequence[str]) -
         "run": run,
         "overrides": overrides,
         "cfg": cfg,
+        "label": str(info.get("encoding") or run.name),
         "settings": [f"{k}={v}" for k, v in settings.items()],
     }
 
@@ -132,7 +140,7 @@ def check_user_overrides(overrides: list[str]) -> None:
     """Refuses what an extension cannot change: its data (``task``: it reads on through its
     parent's held-in text) and the ``extend.*`` settings ``posx extend`` sets itself."""
     for o in overrides:
-        key = _key(o)
+        key = override_key(o)
         if key == "task" or key.startswith("task."):
             raise ConfigError(
                 f"{o!r}: an extension trains on its parent's data (the held-in text it read); "
@@ -144,49 +152,12 @@ def check_user_overrides(overrides: list[str]) -> None:
             raise ConfigError(f"{o!r}: extend.resize must be one of {', '.join(RESIZE)}")
 
 
-def method_keys(name: str, dirs: list[Path]) -> set[str]:
-    """The keys an ``extension=NAME`` yaml sets (``train.length``, ``encoding.scaling.type``,
-    ``positions`` for a ``defaults`` override of that group).
-
-    Raises:
-        ConfigError: No such option, or a yaml that is not a mapping.
-    """
-    found = options(GROUP, dirs).get(name)
-    if found is None:
-        raise ConfigError(
-            f"unknown {GROUP}={name}; choose from {', '.join(sorted(options(GROUP, dirs)))}"
-        )
-    loaded = OmegaConf.to_container(OmegaConf.load(found), resolve=False)
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"{found} is not a mapping of settings")
-    keys: set[str] = set()
-    for entry in loaded.pop("defaults", None) or []:
-        if isinstance(entry, dict):  # `override /positions: pose`
-            keys |= {str(k).split()[-1].strip("/") for k in entry}
-    stack = [("", loaded)]
-    while stack:
-        prefix, node = stack.pop()
-        for key, value in node.items():
-            full = f"{prefix}{key}"
-            if isinstance(value, dict) and value:
-                stack.append((f"{full}.", value))
-            else:
-                keys.add(full)
-    return keys
-
-
 def _set_by(key: str, keys: set[str]) -> bool:
-    return any(key == k or k.startswith(f"{key}.") or key.startswith(f"{k}.") for k in keys)
-
-
-def _methods(user: list[str]) -> list[str]:
-    """The ``extension=`` values among the user's overrides (several for a sweep)."""
-    parsed = OverridesParser.create().parse_overrides([o for o in user if _key(o) == GROUP])
-    if not parsed:
-        return []
-    if parsed[0].is_sweep_override():
-        return list(parsed[0].sweep_string_iterator())
-    return [parsed[0].get_value_element_as_str()]
+    """Whether a parent's override of ``key`` is replaced by a setting of ``keys``: the same
+    key, or one above it. A setting below it does not replace it: a method that sets
+    ``encoding.scaling.type`` keeps the parent's ``encoding=alibi`` (dropping it composed the
+    default encoding, RoPE, under the parent's ALiBi weights)."""
+    return any(key == k or key.startswith(f"{k}.") for k in keys)
 
 
 def _kept(
@@ -194,34 +165,119 @@ def _kept(
 ) -> list[str]:
     """The parent's overrides that none of the user's replaces: not the same key, nor a key
     set by the yaml of one of ``methods`` (the method's settings come before the parent's
-    command line)."""
-    keys = {_key(o) for o in user}
+    command line), nor how the parent itself was extended (its factor and length)."""
+    keys = {override_key(o) for o in user} | set(PARENT_ONLY)
     for name in methods:
         keys |= method_keys(name, dirs)
-    return [o for o in parent["overrides"] if not _set_by(_key(o), keys)]
+    return [o for o in parent["overrides"] if not _set_by(override_key(o), keys)]
 
 
 def _merged(parent: dict[str, Any], user: list[str], dirs: list[Path]) -> list[str]:
     """The overrides of one extension launch: the parent's that the user's do not replace,
     the user's, then posx extend's own ``extend.*`` settings."""
-    return [*_kept(parent, user, dirs, _methods(user)), *user, *parent["settings"]]
+    methods = chosen_methods(user)
+    return [*_kept(parent, user, dirs, methods), *user, *parent["settings"]]
 
 
 def split_methods(user: list[str], dirs: list[Path], parent: dict[str, Any]) -> list[list[str]]:
     """The user's overrides as one Hydra launch, or once per value of an ``extension=a,b,c``
     sweep when the methods' yamls replace different settings of the parent's command line
     (each method must replace only its own)."""
-    methods = _methods(user)
+    methods = chosen_methods(user)
     kept = {tuple(_kept(parent, user, dirs, [m])) for m in methods}
     if len(kept) <= 1:
         return [user]
-    rest = [o for o in user if _key(o) != GROUP]
-    return [[*rest, f"{GROUP}={m}"] for m in methods]
+    return [with_methods(user, [m]) for m in methods]
 
 
-def _composer(parent: dict[str, Any], dirs: list[Path]) -> Callable[[list[str]], DictConfig]:
-    """``user overrides -> the extension's config`` for one parent."""
-    return lambda user: compose(_merged(parent, user, dirs), dirs)
+def _check_class(run: SavedRun, parent: dict[str, Any], cfg: DictConfig, user: list[str]) -> None:
+    """Refuses an extension whose encoding class is not its parent's, unless the user named
+    ``encoding._target_`` (the weights were trained under the parent's class)."""
+    theirs = OmegaConf.select(parent["cfg"], "encoding._target_")
+    ours = OmegaConf.select(cfg, "encoding._target_")
+    if theirs != ours and not any(override_key(o) == TARGET for o in user):
+        raise ConfigError(
+            f"cannot extend {run.path}: these overrides replace its encoding {theirs} with "
+            f"{ours}; an extension keeps its parent's encoding (name {TARGET}=... to replace "
+            "it on purpose)"
+        )
+
+
+def _launches(
+    run: SavedRun, parent: dict[str, Any], user: list[str], dirs: list[Path]
+) -> list[list[str]]:
+    """The overrides of each Hydra launch for one parent and one method launch, every
+    combination checked (encoding class, shapes); one launch per distinct factor and length
+    (a sweep over ``extend.factor`` sets a length per value)."""
+    keys = {override_key(o) for o in user}
+    placeholder = [] if "extend.length" in keys else [f"extend.length={parent['cfg'].train.length}"]
+    configs: dict[tuple[str, ...], tuple[DictConfig, Lengths]] = {}
+
+    def composed(combo: list[str]) -> tuple[DictConfig, Lengths]:
+        if tuple(combo) not in configs:  # the factor first, then the config at its lengths
+            probe = compose([*_merged(parent, combo, dirs), *placeholder], dirs)
+            lengths = launch_lengths(probe, parent["cfg"], keys)
+            cfg = compose([*_merged(parent, combo, dirs), *lengths.settings()], dirs)
+            configs[tuple(combo)] = cfg, lengths
+        return configs[tuple(combo)]
+
+    combos = override_combinations(user, dirs) or [[]]
+    groups: dict[Lengths, list[list[str]]] = {}
+    for combo in combos:
+        cfg, lengths = composed(combo)
+        _check_class(run, parent, cfg, user)
+        check_buildable(cfg)  # what cannot train (PoSE's positions for Abacus) fails here
+        groups.setdefault(lengths, []).append(combo)
+    check_shapes(run, combos, lambda combo: composed(combo)[0])
+    if len(groups) == 1:
+        ((lengths, _),) = groups.items()
+        return [[*_merged(parent, user, dirs), *lengths.settings()]]
+    out = []
+    for lengths in groups:  # the factor (and length) pinned, the other sweeps kept
+        pinned = [o for o in user if override_key(o) not in PARENT_ONLY]
+        pinned.append(f"extend.factor={lengths.factor}")
+        if lengths.explicit_length:
+            pinned.append(f"extend.length={lengths.length}")
+        out.append([*_merged(parent, pinned, dirs), *lengths.settings()])
+    return out
+
+
+def _plan(path: Path, user: list[str], dirs: list[Path], trust: Sequence[str]) -> list[Launch]:
+    """Every launch of ``posx extend PATH``, checked before any starts; each (parent, method)
+    pair whose method does not fit the parent's encoding is left out with a warning line, and
+    refused when nothing is left."""
+    launches: list[Launch] = []
+    skipped: list[str] = []
+    for run in parents_of(path):  # every parent and override is checked before any run starts
+        parent = check_parent(run, dirs, trust)
+        fit, refused = refused_pairs(user, parent["cfg"].get("encoding"), parent["label"], dirs)
+        pairs = refused.items()
+        skipped += [f"{run.path} ({parent['label']}) with {GROUP}={m}: {why}" for m, why in pairs]
+        if refused and not fit:
+            continue
+        mine = with_methods(user, fit) if refused else user
+        for method in split_methods(mine, dirs, parent):
+            try:
+                launches += [Launch(run, args) for args in _launches(run, parent, method, dirs)]
+            except ConfigError as err:
+                if len(chosen_methods(user)) < 2:
+                    raise
+                names = ",".join(chosen_methods(method))  # a sweep goes on without the pair
+                skipped.append(f"{run.path} ({parent['label']}) with {GROUP}={names}: {err}")
+    if not launches and skipped:
+        more = f" (and {len(skipped) - 1} more pair(s) that do not fit)" if len(skipped) > 1 else ""
+        raise ConfigError(f"cannot extend {skipped[0]}{more}")
+    for line in skipped:
+        warnings.warn(f"skipped {line}", PosxWarning, stacklevel=2)
+    return launches
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One Hydra launch of ``posx extend``: the parent and the whole override list."""
+
+    run: SavedRun
+    overrides: list[str]
 
 
 def run_extend(
@@ -233,7 +289,8 @@ def run_extend(
 ) -> None:
     """``posx extend PATH ARGS``: one extension of each parent (PATH, or every run trained from
     scratch under it), each with ARGS (Hydra's flags and overrides; ``-m`` sweeps, one sweep
-    per parent).
+    per parent). A method that does not fit a parent's encoding is left out for that parent
+    with one warning line (refused when no pair is left).
 
     Args:
         path: A run directory, or a sweep or results root of runs to extend.
@@ -243,28 +300,24 @@ def run_extend(
         trust: Trusted ``_target_`` prefixes for the parent's classes (``--trust``).
 
     Raises:
-        ConfigError: A missing, damaged, unfinished or untrusted parent, a bad override or one
-            that changes a parameter's shape (before any run starts).
+        ConfigError: A missing, damaged, unfinished or untrusted parent, a bad override, one
+            that changes a parameter's shape or the encoding's class, or methods that fit no
+            parent (before any run starts).
         PosxError: A run failed (after every parent's extensions ran).
     """
     dirs = user_config_dirs() if dirs is None else dirs
     flags, user = split_args(args)
     check_user_overrides(user)
-    launches = []
-    for run in parents_of(path):  # every parent and override is checked before any run starts
-        parent = check_parent(run, dirs, trust)
-        for method in split_methods(user, dirs, parent):
-            check_shapes(run, override_combinations(method, dirs) or [[]], _composer(parent, dirs))
-            launches.append((run, parent, method))
+    launches = _plan(path, user, dirs, trust)
     failed = []
-    for run, parent, method in launches:
+    for launch in launches:
         try:
-            run_train([*flags, *_merged(parent, method, dirs)], debug, dirs, trust)
+            run_train([*flags, *launch.overrides], debug, dirs, trust)
         except Interrupted:
             raise
         except PosxError as err:
             if len(launches) == 1:
                 raise
-            failed.append(f"{run.name}: {err}")
+            failed.append(f"{launch.run.name}: {err}")
     if failed:
-        raise PosxError(f"extensions of {len(failed)} parent(s) failed: {'; '.join(failed)}")
+        raise PosxError(f"extensions of {len(failed)} launch(es) failed: {'; '.join(failed)}")

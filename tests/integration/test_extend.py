@@ -22,8 +22,8 @@ from tests.conftest import TINY
 
 METHODS = sorted(p.stem for p in (CONFIG_DIR / "extension").glob("*.yaml"))
 BASE = [*TINY, "encoding=rope", "train.steps=4", "eval.lengths=[16,64]", "eval.tokens=64"]
-# every method: to 64 (4x the base's 16), 3 steps
-FT = ["extend.length=64", "extend.factor=4", "extend.steps=2", "extend.warmup_steps=1"]
+# every method: to 64 (the default: extend.factor 4 x the base's 16), 2 steps
+FT = ["extend.steps=2", "extend.warmup_steps=1"]
 LABELS = {
     "pi": "rope+linear×4+ft@64",
     "ntk": "rope+ntk×4+ft@64",
@@ -99,7 +99,8 @@ def test_every_method_extends_with_its_label_and_lineage(base, extended):
         assert info["extension"]["steps"] == 2  # a fresh schedule of the method's steps
         assert info["fingerprint"] != parent["fingerprint"]
         rows = pd.read_csv(run / "eval.csv")
-        assert set(rows["eval_length"]) == {16, 64}  # the parent's eval lengths
+        # its own length, 2x and 4x of it, and the parent's eval lengths
+        assert set(rows["eval_length"]) == {16, 64, 128, 256}, method
         assert (rows["encoding"] == LABELS[method]).all()
         assert rows["overrides"].isna().all()  # the extension's own scaling, no variant
         metrics = pd.read_csv(run / "metrics.csv")
@@ -149,13 +150,15 @@ def test_step_zero_logits_equal_the_parents_final_logits(base, tmp_path):
     """The extension starts from the parent's exact weights: with its scaling off, its model at
     step 0 computes the parent's logits (and its data order goes on from the parent's)."""
     from posx.config.build import build_model
-    from posx.runs.extend import _merged, check_parent
+    from posx.runs.extend import _launches, check_parent
     from posx.saved import SavedRun
     from posx.storage.checkpoint import load_checkpoint, load_trainer_tensors
     from posx.training.loop import prepare
 
     parent = check_parent(base, [], ())
-    cfg = compose(_merged(parent, ["extension=yarn", *FT, "encoding.scaling.type=none"], []))
+    user = ["extension=yarn", *FT, "encoding.scaling.type=none"]
+    (overrides,) = _launches(parent["run"], parent, user, [])
+    cfg = compose(overrides)
     trainer, step, _, _ = prepare(cfg, tmp_path)
     assert step == 0 and cfg.train.length == 64
     saved = SavedRun(base).loadable_config([])
@@ -204,14 +207,26 @@ def test_interrupted_extension_resumes_bit_identical(cli, base, extended, monkey
 
 
 def test_extension_of_an_extension(cli, base, extended):
+    """16 -> 64 -> 256: the default factor 4 counts from the parent's length, the scaling
+    from the base's positions (yarn×16), and the label says that."""
     first = extended[LABELS["yarn"]]
-    result = cli("extend", str(first), "extension=yarn", "extend.length=128",
-                 "extend.factor=8", "extend.steps=2", "eval.lengths=[128]")  # fmt: skip
+    result = cli("extend", str(first), "extension=yarn", "extend.steps=1",
+                 "eval.lengths=[256]")  # fmt: skip
     assert result.returncode == 0, result.stderr
-    second = _runs(base.parent.parent)["rope+yarn×4+ft@64+yarn×8+ft@128"]
+    second = _runs(base.parent.parent)["rope+yarn×16+ft@256"]
     info = json.loads((second / "run.json").read_text())
     assert info["parent"]["dir"] == str(first.resolve())
-    assert info["extension"]["base_length"] == 16  # the factor still counts from the base's 16
+    assert info["extension"]["base_length"] == 16 and info["extension"]["train_length"] == 256
+    assert info["extension"]["encoding"]["scaling"]["factor"] == 16
+
+
+def test_a_length_that_contradicts_the_factor_is_one_warning(cli, base):
+    result = cli("extend", str(base), "extension=yarn", "extend.length=32", "extend.steps=1",
+                 "eval.lengths=[32]")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "extend.length=32" in warned[0], result.stderr
+    assert "extend.factor=4 says 64" in warned[0]
 
 
 @pytest.mark.parametrize(
@@ -292,4 +307,4 @@ def test_the_preset_and_every_method_compose():
     for method in METHODS:
         ext = compose(["experiment=context_extension", f"extension={method}"])
         assert ext.train.steps == cfg.extend.steps and ext.eval.variants == []
-        assert ext.train.length in (64, 256)
+        assert ext.extend.length is None  # set by posx extend: factor x the parent's length

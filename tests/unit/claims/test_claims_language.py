@@ -124,14 +124,16 @@ def _extension_labels(name: str, bases: set[str], root: Path) -> set[str]:
 
     from posx.config.compose import CONFIG_DIR, compose
     from posx.config.run_names import extension_label
+    from posx.runs.extend_length import launch_lengths
 
     parent = compose([f"experiment={name}"], hydra_node=True)
     (root / ".hydra").mkdir(parents=True)
     OmegaConf.save({k: v for k, v in parent.items() if k != "hydra"}, root / ".hydra/config.yaml")
     labels = set()
     for method in sorted(p.stem for p in (CONFIG_DIR / "extension").glob("*.yaml")):
-        cfg = compose([f"experiment={name}", f"extension={method}", f"extend.parent={root}"],
-                      hydra_node=True)  # fmt: skip
+        launch = [f"experiment={name}", f"extension={method}", f"extend.parent={root}"]
+        lengths = launch_lengths(compose(launch, hydra_node=True), parent, set())
+        cfg = compose([*launch, *lengths.settings()], hydra_node=True)  # as posx extend sets them
         positions = cfg.hydra.runtime.choices.get("positions", "default")
         for base in bases:
             cfg.extend.parent_label = base

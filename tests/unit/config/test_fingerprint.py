@@ -122,6 +122,7 @@ def test_identity_leaves_out_exactly_the_listed_keys():
         "extend.parent", "extend.parent_sha256", "extend.parent_fingerprint",
         "extend.parent_label", "extend.parent_step", "extend.base_length", "extend.resize",
         "extend.length", "extend.factor", "extend.steps", "extend.lr", "extend.warmup_steps",
+        "extend.parent_length", "extend.base_factor",
     }  # fmt: skip
     flat, keys = flat_config(nested), identity_config(nested)
     assert left_out <= set(flat)  # every one of them is really there to be left out
@@ -219,3 +220,16 @@ def test_a_run_that_recorded_nothing_keeps_its_fingerprint(tmp_path):
     old = write_run(tmp_path, "old", BASE, {"run": "old", "fingerprint": "917f7eede82b"})
     assert SavedRun(old).fingerprint == config_fingerprint(BASE)
     assert "data" not in SavedRun(old).recorded_config
+
+
+def test_an_extension_saved_before_its_lengths_were_recorded_keeps_its_fingerprint():
+    """extend.parent_length and extend.base_factor came later: an older extension's config
+    has neither, and its identity is what it was (they are unset, not part of it), while a
+    new extension's values tell two chains apart."""
+    old = changed(extend__parent="results/runs/base", extend__length=64, extend__factor=4)
+    assert not {"extend.parent_length", "extend.base_factor"} & set(identity_config(old))
+    new = changed(extend__parent="results/runs/base", extend__length=64, extend__parent_length=16)
+    chained = changed(
+        extend__parent="results/runs/base", extend__length=64, extend__parent_length=32
+    )
+    assert config_fingerprint(new) != config_fingerprint(chained)
