@@ -170,7 +170,7 @@ def evaluate_pretrained(
     )  # fmt: skip
     loaded = load_for_eval(request)
     label = model_label(loaded.source.name, values["label"])
-    run = run_directory(request.root, label, loaded.source.revision)
+    run = request.run_dir or run_directory(request.root, label, loaded.source.revision)
     text = tokenize_held_out(loaded.tokenizer, raw, corpus)
     show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
     rows, buckets = evaluate_text(
@@ -185,7 +185,7 @@ def evaluate_pretrained(
             values["eval.seed"], show("passkey"),
         )  # fmt: skip
         rows += [{"task": "passkey", **r} for r in keyed]
-    info = _run_json(run, label, loaded, text.describe, values)
+    info = {**_run_json(run, label, loaded, text.describe, values), **request.record}
     chosen = {**recorded_loggers(run), **request.logger}
     if chosen:
         info["logger"] = chosen
