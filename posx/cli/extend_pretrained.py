@@ -67,15 +67,41 @@ def _evaluate(run: Path, lengths: list[int] | None) -> None:
         _print(text)
 
 
-def resume_hf(run: Path, info: dict[str, Any]) -> None:
-    """``posx resume RUN`` of a pretrained model's extension."""
+def extension_info(run: Path) -> dict[str, Any] | None:
+    """``run.json`` of a pretrained model's extension, else None (any other run, or none)."""
+    from posx.saved import RunKind, SavedRun
+
+    saved = SavedRun(run)
+    if not (run / "run.json").is_file() or saved.kind is not RunKind.PRETRAINED_EXTENSION:
+        return None
+    return saved.info
+
+
+def resume_hf(run: Path, info: dict[str, Any], dirs: list[Path]) -> None:
+    """``posx resume RUN`` of a pretrained model's extension (``dirs``: the user's config dirs,
+    where its method may be)."""
     from posx.pretrained.extend_run import resume_pretrained
 
-    resume_pretrained(run, info, Options(), _say)
+    resume_pretrained(run, info, Options(config_dirs=dirs), _say)
     _evaluate(run, None)
 
 
-def eval_hf(runs: list[Path], lengths: list[int] | None) -> None:
-    """``posx eval RUN ...`` of pretrained models' extensions."""
-    for run in runs:
-        _evaluate(run, lengths)
+def extend_hf_runs(runs: list[Path], lengths: str | None) -> bool:
+    """``posx eval RUN ...`` of pretrained models' extensions: evaluated as ``posx eval hf:``
+    evaluates a model, into their own runs. False when no run named is one.
+
+    Raises:
+        ConfigError: Extensions and posx runs named together.
+    """
+    from posx.cli.options import parse_lengths
+
+    found = [run for run in runs if extension_info(run) is not None]
+    if not found:
+        return False
+    if len(found) != len(runs):
+        raise ConfigError(
+            "evaluate pretrained models' extensions and posx runs in separate commands"
+        )
+    for run in found:
+        _evaluate(run, parse_lengths(lengths) if lengths else None)
+    return True

@@ -142,18 +142,27 @@ def extended_config(config: Any, method: Method, factor: float, trained: int, le
     length.
 
     Raises:
-        ConfigError: The method changes RoPE and the model has no (single) RoPE.
+        ConfigError: The method changes RoPE and the model has no (single) RoPE, or it trains
+            a model with learned positions past its table.
     """
     if needs_rope_scaling(method) and rope_parameters(config) is None:
         raise ConfigError(
             f"extension={method.name} changes RoPE, but {config.model_type} has no rotary "
             "positions (its positions are not RoPE); use extension=plain or extension=control"
         )
+    if rope_parameters(config) is None:
+        # learned positions: max_position_embeddings is the table's size, not a setting
+        if method.at_target and length > trained:
+            raise ConfigError(
+                f"{config.model_type} has learned positions for {trained} tokens only; it "
+                f"cannot be fine-tuned at {length} (extension=control trains at {trained})"
+            )
+        return copy.deepcopy(config)
     if method.scaling is None:
         new = copy.deepcopy(config)
     else:
         new = scaled_config(config, Variant(method.scaling, factor), trained)
-    if method.scaling != "dynamic_ntk" and hasattr(new, "max_position_embeddings"):
+    if method.scaling != "dynamic_ntk":
         new.max_position_embeddings = max(length, int(new.max_position_embeddings or 0))
     return new
 

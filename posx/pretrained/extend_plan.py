@@ -116,8 +116,8 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
         ConfigError: A missing, weight-less or custom-code model, a method its family does not
             support, lengths that extend nothing, or a batch the processes cannot share.
     """
+    transformers = load.require_transformers("extending")
     method = read_method(str(values["extension"]), options.config_dirs)
-    transformers = load.require_transformers()
     source = load.find_model(word, options.revision, options.allow_download,
                              weights=not options.dry_run)  # fmt: skip
     trust = load.check_code(source, options.trust_remote_code, load.known_model_types())

@@ -33,8 +33,8 @@ SNAPSHOT_FILES = ["*.json", "*.model", "*.txt", "*.tiktoken", *SAFE_WEIGHTS, *PI
 HASH_CHUNK = 2**24
 
 
-def require_transformers() -> ModuleType:
-    """The ``transformers`` module.
+def require_transformers(doing: str = "evaluating") -> ModuleType:
+    """The ``transformers`` module (``doing``: what the message says needs it).
 
     Raises:
         ConfigError: It is not installed; the message names the extra.
@@ -43,7 +43,7 @@ def require_transformers() -> ModuleType:
         import transformers
     except ImportError as err:
         raise ConfigError(
-            f"evaluating a pretrained model needs the transformers library: {EXTRA}"
+            f"{doing} a pretrained model needs the transformers library: {EXTRA}"
         ) from err
     transformers.logging.set_verbosity_error()  # its warnings are not posx's one-line errors
     transformers.utils.logging.disable_progress_bar()  # posx prints its own line per length

@@ -40,9 +40,10 @@ RUNS_DIR = "pretrained"
 
 
 def model_label(name: str, given: str | None) -> str:
-    """The row label: ``label=`` or the model's last path part, as a claim can name it."""
+    """The row label: ``label=`` or the model's last path part, as a claim can name it (an
+    extension's ``+yarn×4+ft@16384`` kept, as posx's own extensions are named)."""
     text = given or Path(name.rstrip("/")).name or name
-    text = re.sub(r"[^A-Za-z0-9_.\-]", "-", str(text))
+    text = re.sub(r"[^A-Za-z0-9_.\-+×@]", "-", str(text))
     return text if text[:1].isalpha() else f"m{text}"
 
 
