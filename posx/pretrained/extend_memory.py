@@ -11,9 +11,10 @@ fp32):
   prefetched one, ``2·b·layer``) and the unsharded embeddings and head (``b·(P - n·layer)``);
   (``W = 1`` in bf16: autocast's bf16 copy of the weights, ``2·P``);
 - **activations**: per layer and token ``b·(8·h + 4·kv + 4·i) + 8·h`` (projections, MLP, the
-  fp32 norms) and, where attention runs in PyTorch's math kernel (a CPU), ``8·heads·L`` of
-  scores; all ``n`` layers kept, or with ``train.checkpointing`` one layer's input per layer
-  plus two layers' worth for the one recomputed in backward;
+  fp32 norms) and, where the config asks for the eager attention kernel, ``8·heads·L`` of
+  scores (SDPA, the default, runs flash attention on CUDA and on the CPU and holds none); all
+  ``n`` layers kept, or with ``train.checkpointing`` one layer's input per layer plus two
+  layers' worth for the one recomputed in backward;
 - **loss**: the final hidden states (``t·h·(b + 4)``) and one chunk of ``min(t, 4096)`` rows
   of the head's logits with their fp32 copies and gradient (``(b + 12)·vocab`` per row): the
   loss is computed chunk by chunk, never as ``t × vocab`` logits;
@@ -51,14 +52,14 @@ class Shape:
 @dataclass(frozen=True)
 class Layout:
     """How one process trains: length, windows per pass, processes, checkpointing, compute
-    bytes, and whether attention holds its scores (PyTorch's math kernel on a CPU)."""
+    bytes, and whether attention holds its scores (the eager kernel)."""
 
     length: int
     micro: int
     world: int
     checkpointing: bool
     compute_bytes: int
-    math_attention: bool
+    eager_attention: bool
 
 
 def model_shape(model: torch.nn.Module, config: Any) -> Shape:
@@ -90,7 +91,7 @@ def estimate(shape: Shape, layout: Layout) -> dict[str, int]:
     else:
         gathered = 2 * s.params if b == 2 else 0
     per_layer = b * (8 * s.hidden + 4 * s.kv + 4 * s.inner) + 8 * s.hidden
-    if lay.math_attention:
+    if lay.eager_attention:
         per_layer += 8 * s.heads * lay.length
     if lay.checkpointing:
         acts = tokens * (s.layers * b * s.hidden + 2 * per_layer)

@@ -153,7 +153,8 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     shape = model_shape(meta, config)
     window = length if method.at_target else trained
     layout = Layout(window, values["train.micro_batch"], world.size, values["train.checkpointing"],
-                    2 if bf16 else 4, device.type == "cpu")  # fmt: skip
+                    2 if bf16 else 4,
+                    getattr(config, "_attn_implementation", None) == "eager")  # fmt: skip
     parts = estimate(shape, layout)
     label = _label(model_label(source.name, None), method, factor, window)
     return Plan(word, values, source, trust, method, config, trained, length, window, world,

@@ -205,8 +205,8 @@ def _custom_code(models: Path, tmp_path: Path) -> Path:
      ("custom code", "asks to run its own code (auto_map in config.json)"),
      ("no method", "posx extend hf:... needs a method: extension=NAME"),
      ("unknown setting", "posx extend hf:... has no setting 'train.length'"),
-     ("too big", "needs about 2.1 GiB per process (1 process(es)), more than the limit of 1.5 "
-                 "GiB you set; would fit: train.checkpointing=true")],
+     ("too big", "needs about 594.6 MiB per process (1 process(es)), more than the limit of 590.0 "
+                 "MiB you set; would fit: train.checkpointing=true")],
 )  # fmt: skip
 def test_each_refusal_is_one_line_and_writes_nothing(cli, models, tmp_path, monkeypatch, case,
                                                      message):  # fmt: skip
@@ -225,7 +225,7 @@ def test_each_refusal_is_one_line_and_writes_nothing(cli, models, tmp_path, monk
     elif case == "unknown setting":
         args.append("train.length=64")
     elif case == "too big":
-        args += ["extend.factor=64", "train.micro_batch=4", "train.max_memory=1.5G"]
+        args += ["extend.factor=64", "train.micro_batch=4", "train.max_memory=590M"]
     result = cli(*extend_args(models, root, *args, model=model))
     assert_one_line_error(result, 2, message)
     assert not root.exists()
