@@ -216,12 +216,15 @@ def evaluate_extension(
 
     Raises:
         ConfigError: The run has no model (it was not finished).
+        PosxError: Its ``run.json`` lacks the extension's lineage.
     """
     if not (run / MODEL_DIR / "config.json").is_file():
         raise ConfigError(f"{run} holds no extended model yet; finish it: posx resume {run}")
-    ext = info.get("extension") or {}
+    ext, parent = info.get("extension") or {}, info.get("parent") or {}
     v = ext.get("settings") or {}
-    asked = lengths or v.get("eval.lengths") or [info["parent"]["trained_length"], ext["length"]]
+    if not (isinstance(v, dict) and parent.get("trained_length") and ext.get("length")):
+        raise PosxError(f"{run}/run.json is damaged (no extension lineage); it cannot be evaluated")
+    asked = lengths or v.get("eval.lengths") or [parent["trained_length"], ext["length"]]
     values = {**DEFAULTS, **{k: v[k] for k in DEFAULTS if k in v}}
     values.update(train_length=info["train_length"], label=info["encoding"])
     settings = Settings(lengths=list(asked), tokens=values["eval.tokens"],

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from posx.errors import PosxError, one_line
@@ -213,9 +214,12 @@ def load_state(
         model, optim = get_state_dict(engine.loss, optimizer)
         state = {"model": model, "optim": optim}
         dcp.load(state, checkpoint_id=str(path))
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
+    except (Exception, CheckpointException) as err:  # noqa: BLE001 - JSON, shards, shapes
+        # DCP's CheckpointException is a BaseException holding each rank's own error
+        why = next(iter(getattr(err, "failures", {}).values()), err)
         raise PosxError(
-            f"{path} is damaged ({one_line(err)}); move it aside to restart from the one before"
+            f"{path} is damaged ({one_line(why)}); move {path.parent} aside to start the "
+            "extension again"
         ) from err
     set_state_dict(engine.loss, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])  # fmt: skip

@@ -169,6 +169,10 @@ def test_an_interrupted_extension_resumes_to_the_same_weights(cli, models, exten
     again = cli(*extend_args(models, tmp_path, "extension=yarn", "extend.factor=2",
                              "experiment=mine"))  # fmt: skip
     assert_one_line_error(again, 2, "this extension exists already")
+    broken = Path(shutil.copytree(run, tmp_path / "broken"))
+    (shard,) = (broken / "train_state" / "step_00000003").glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[:100])  # a shard cut short
+    assert_one_line_error(cli("resume", str(broken)), 1, "step_00000003 is damaged (")
     resumed = cli("resume", str(run))
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stderr and "at step 3" in resumed.stderr
