@@ -20,6 +20,18 @@ def extend(
         "every run in it trained from scratch.",
     ),
     trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="hf: models: print the plan and its memory estimate, and exit."
+    ),
+    allow_download: bool = typer.Option(
+        False, "--allow-download", help="hf: models: download a model missing from the cache."
+    ),
+    revision: str = typer.Option(
+        None, "--revision", help="hf: models: a hub branch, tag or commit."
+    ),
+    trust_remote_code: list[str] = typer.Option(
+        None, "--trust-remote-code", help="hf: models: let this model (NAME or DIR) run its code."
+    ),
 ) -> None:
     """Fine-tune a trained run to a longer context: a new run from RUN's final weights, with
     RUN's config and these overrides on top (-m for sweeps), a fresh optimizer and schedule.
@@ -27,7 +39,17 @@ def extend(
     Examples: `posx extend RUN extension=yarn`, `posx extend RUN train.length=256
     encoding.scaling.type=linear encoding.scaling.factor=4`,
     `posx extend -m ROOT extension=pi,ntk,yarn,pose,plain,control` (docs/context_extension.md).
+    `posx extend hf:NAME_OR_DIR extension=yarn extend.factor=4` fine-tunes a pretrained Hugging
+    Face model instead, on one process or under torchrun with FSDP (docs/pretrained.md).
     """
+    if str(run).startswith("hf:"):
+        from posx.cli.extend_pretrained import extend_hf
+        from posx.pretrained.extend_settings import Options
+
+        options = Options(dry_run, allow_download, revision, list(trust_remote_code or []),
+                          config_dirs(ctx))  # fmt: skip
+        extend_hf(str(run), list(ctx.args), options)
+        return
     from posx.config.trust import trusted_prefixes
     from posx.runs.extend import run_extend
 

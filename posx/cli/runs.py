@@ -42,10 +42,15 @@ def resume(
     trust: list[str] = typer.Option(None, "--trust", help=TRUST_HELP),
 ) -> None:
     """Continue an interrupted run from its last checkpoint (same config, same directory)."""
+    from posx.cli.extend_pretrained import extension_info, resume_hf
     from posx.config.trust import trusted_prefixes
     from posx.runs import run_resume
 
     dirs = config_dirs(ctx)
+    info = extension_info(run)
+    if info is not None:  # a pretrained model's extension (posx extend hf:...)
+        resume_hf(run, info, dirs)
+        return
     run_resume(run, debug=debug_requested(), dirs=dirs, trust=trusted_prefixes(trust, dirs))
 
 
@@ -149,6 +154,7 @@ def eval_(
     (docs/pretrained.md; `logger=tensorboard` sends its rows to a tracker), and
     `posx eval -m hf=NAME_A,NAME_B ... [hydra/launcher=slurm]` runs several as a Hydra sweep.
     """
+    from posx.cli.extend_pretrained import extend_hf_runs
     from posx.cli.pretrained import HfOptions, eval_pretrained, sweep_pretrained
 
     hf_options = (variant, passkey, trust_remote_code, allow_download, revision, device_map)
@@ -161,6 +167,8 @@ def eval_(
     if any(str(r).startswith("hf:") for r in runs or []):
         eval_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
                          progress, max_memory, hf)  # fmt: skip
+        return
+    if extend_hf_runs(runs or [], lengths):
         return
     if any(hf_options) or dtype != "auto":
         raise ConfigError(

@@ -33,8 +33,8 @@ SNAPSHOT_FILES = ["*.json", "*.model", "*.txt", "*.tiktoken", *SAFE_WEIGHTS, *PI
 HASH_CHUNK = 2**24
 
 
-def require_transformers() -> ModuleType:
-    """The ``transformers`` module.
+def require_transformers(doing: str = "evaluating") -> ModuleType:
+    """The ``transformers`` module (``doing``: what the message says needs it).
 
     Raises:
         ConfigError: It is not installed; the message names the extra.
@@ -43,7 +43,7 @@ def require_transformers() -> ModuleType:
         import transformers
     except ImportError as err:
         raise ConfigError(
-            f"evaluating a pretrained model needs the transformers library: {EXTRA}"
+            f"{doing} a pretrained model needs the transformers library: {EXTRA}"
         ) from err
     transformers.logging.set_verbosity_error()  # its warnings are not posx's one-line errors
     transformers.utils.logging.disable_progress_bar()  # posx prints its own line per length
@@ -154,13 +154,17 @@ def _weights(path: Path) -> str:
     )
 
 
-def find_model(word: str, revision: str | None = None, allow_download: bool = False) -> Source:
+def find_model(
+    word: str, revision: str | None = None, allow_download: bool = False, weights: bool = True
+) -> Source:
     """The model ``hf:NAME_OR_DIR`` names: a local directory, else the local cache.
 
     Args:
         word: ``hf:NAME_OR_DIR``.
         revision: A hub branch, tag or commit (cache only).
         allow_download: Fetch a missing hub model (never when ``HF_HUB_OFFLINE`` is set).
+        weights: Refuse a directory without weights (False: a plan made from the config alone,
+            ``posx extend hf: --dry-run``; its weight format is ``none``).
 
     Returns:
         Its files, revision, config and weight format.
@@ -178,8 +182,13 @@ def find_model(word: str, revision: str | None = None, allow_download: bool = Fa
         path = _snapshot(name, revision, allow_download)
         rev = path.name  # the cache keeps a snapshot in snapshots/<commit hash>/
     config = _read_config(path)
-    weights = _weights(path)
-    return Source(name, path, rev or f"dir:{directory_hash(path)}", config, weights)
+    try:
+        found = _weights(path)
+    except ConfigError:
+        if weights:
+            raise
+        found = "none"
+    return Source(name, path, rev or f"dir:{directory_hash(path)}", config, found)
 
 
 def check_code(source: Source, trust_remote_code: list[str], known: set[str]) -> bool:

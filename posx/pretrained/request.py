@@ -50,6 +50,9 @@ class Request:
         logger: Trackers chosen on this command (name -> settings), added to those an
             earlier evaluation of the model chose.
         sweep_dir: The Hydra sweep this evaluation is a job of, else None.
+        run_dir: The run directory to write (an extension's own), else the model's under
+            ``root/pretrained/``.
+        record: What ``run.json`` records beside the evaluation (an extension's lineage).
     """
 
     word: str
@@ -66,6 +69,8 @@ class Request:
     max_memory: int | None = None
     logger: dict[str, Any] = field(default_factory=dict)
     sweep_dir: Path | None = None
+    run_dir: Path | None = None
+    record: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_values(overrides: list[str]) -> dict[str, Any]:

@@ -40,9 +40,10 @@ RUNS_DIR = "pretrained"
 
 
 def model_label(name: str, given: str | None) -> str:
-    """The row label: ``label=`` or the model's last path part, as a claim can name it."""
+    """The row label: ``label=`` or the model's last path part, as a claim can name it (an
+    extension's ``+yarn×4+ft@16384`` kept, as posx's own extensions are named)."""
     text = given or Path(name.rstrip("/")).name or name
-    text = re.sub(r"[^A-Za-z0-9_.\-]", "-", str(text))
+    text = re.sub(r"[^A-Za-z0-9_.\-+×@]", "-", str(text))
     return text if text[:1].isalpha() else f"m{text}"
 
 
@@ -170,7 +171,7 @@ def evaluate_pretrained(
     )  # fmt: skip
     loaded = load_for_eval(request)
     label = model_label(loaded.source.name, values["label"])
-    run = run_directory(request.root, label, loaded.source.revision)
+    run = request.run_dir or run_directory(request.root, label, loaded.source.revision)
     text = tokenize_held_out(loaded.tokenizer, raw, corpus)
     show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
     rows, buckets = evaluate_text(
@@ -185,7 +186,7 @@ def evaluate_pretrained(
             values["eval.seed"], show("passkey"),
         )  # fmt: skip
         rows += [{"task": "passkey", **r} for r in keyed]
-    info = _run_json(run, label, loaded, text.describe, values)
+    info = {**_run_json(run, label, loaded, text.describe, values), **request.record}
     chosen = {**recorded_loggers(run), **request.logger}
     if chosen:
         info["logger"] = chosen

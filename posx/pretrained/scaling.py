@@ -122,7 +122,7 @@ def scaled_config(config: Any, variant: Variant, trained: int) -> Any:
     return new
 
 
-def _rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+def rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
     """(parent, attribute, module) of each rotary embedding (a module with ``inv_freq`` and a
     ``rope_type``)."""
     found = []
@@ -143,7 +143,7 @@ class Scaler:
 
     def __init__(self, model: torch.nn.Module, trained: int) -> None:
         self.model, self.trained = model, trained
-        self.saved = _rotary_modules(model)
+        self.saved = rotary_modules(model)
         self.rope = rope_parameters(model.config) is not None and bool(self.saved)
 
     def unsupported_reason(self, variant: Variant) -> str:

@@ -1,0 +1,107 @@
+"""``posx extend hf:NAME_OR_DIR``, and ``posx resume`` / ``posx eval`` of the run it writes: the
+pretrained-model branch of those commands (the work is posx/pretrained/extend_*.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from posx.cli._app import console, err_console
+from posx.errors import ConfigError
+from posx.pretrained.extend_settings import Options
+
+
+def _say(text: str) -> None:
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print(text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def extend_hf(word: str, words: list[str], options: Options) -> None:
+    """``posx extend hf:... key=value ... [--dry-run]``: plan, fine-tune, save, evaluate."""
+    from posx.pretrained.extend_plan import check_fits
+    from posx.pretrained.extend_run import extend_pretrained, plan_extension
+
+    other = [w for w in words if "=" not in w]
+    if other:
+        raise ConfigError(f"posx extend hf:... takes key=value settings; got {other[0]}")
+    plan = plan_extension(word, words, options)
+    if options.dry_run:
+        if plan.world.is_main:
+            for line in plan.lines():
+                _print(line)
+            try:
+                check_fits(plan)
+                _print("fits       yes")
+            except ConfigError as err:
+                _print(f"fits       no: {err}")
+        return
+    run = extend_pretrained(plan, _say)
+    _evaluate(run, None)
+
+
+def _evaluate(run: Path, lengths: list[int] | None) -> None:
+    """Rank 0 evaluates the extended model into its run and prints the table."""
+    from posx.pretrained.extend_run import evaluate_extension
+    from posx.pretrained.run import progress_line
+    from posx.runs.messages import eval_table
+    from posx.runtime.distributed import world
+    from posx.saved import SavedRun
+
+    if not world().is_main:
+        return
+    info = SavedRun(run).info
+    asked = (info.get("extension") or {}).get("settings", {}).get("eval.lengths")
+    if asked == [] and lengths is None:
+        _print(str(run))
+        return
+
+    def line(task: str, row: dict[str, Any]) -> None:
+        _say(progress_line(str(run), task, row))
+
+    where, rows = evaluate_extension(run, info, lengths, line)
+    _print(str(where))
+    for text in eval_table(rows, rows[0]["train_length"]):
+        _print(text)
+
+
+def extension_info(run: Path) -> dict[str, Any] | None:
+    """``run.json`` of a pretrained model's extension, else None (any other run, or none)."""
+    from posx.saved import RunKind, SavedRun
+
+    saved = SavedRun(run)
+    if not (run / "run.json").is_file() or saved.kind is not RunKind.PRETRAINED_EXTENSION:
+        return None
+    return saved.info
+
+
+def resume_hf(run: Path, info: dict[str, Any], dirs: list[Path]) -> None:
+    """``posx resume RUN`` of a pretrained model's extension (``dirs``: the user's config dirs,
+    where its method may be)."""
+    from posx.pretrained.extend_run import resume_pretrained
+
+    resume_pretrained(run, info, Options(config_dirs=dirs), _say)
+    _evaluate(run, None)
+
+
+def extend_hf_runs(runs: list[Path], lengths: str | None) -> bool:
+    """``posx eval RUN ...`` of pretrained models' extensions: evaluated as ``posx eval hf:``
+    evaluates a model, into their own runs. False when no run named is one.
+
+    Raises:
+        ConfigError: Extensions and posx runs named together.
+    """
+    from posx.cli.options import parse_lengths
+
+    found = [run for run in runs if extension_info(run) is not None]
+    if not found:
+        return False
+    if len(found) != len(runs):
+        raise ConfigError(
+            "evaluate pretrained models' extensions and posx runs in separate commands"
+        )
+    for run in found:
+        _evaluate(run, parse_lengths(lengths) if lengths else None)
+    return True

@@ -1,0 +1,235 @@
+"""``posx extend hf:NAME_OR_DIR``: fine-tune a pretrained model to a longer context into a run
+directory, and ``posx resume`` / ``posx eval`` of that run.
+
+The run lives at ``<root>/pretrained/<label>_<12 hex>/`` (the hex: the base's revision and every
+setting that changes training, :meth:`~posx.pretrained.extend_plan.Plan.identity`). It holds
+``model/`` (``save_pretrained``: safetensors, the config with the method's RoPE scaling, the
+tokenizer beside them), ``metrics.csv`` (the loss per step), ``train_state/`` while training
+(the sharded checkpoint ``posx resume`` continues from), and ``run.json``: the base model's id,
+path and resolved revision (``parent``), the method, factor, lengths, steps, schedule, processes
+and memory estimate (``extension``), the held-in text's identity (``train_corpus``). Once
+trained, the model is evaluated on the held-out text as ``posx eval hf:`` evaluates one, into
+the same directory, so ``posx report`` and ``posx check`` read it as any run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from posx.errors import ConfigError, Interrupted, PosxError
+from posx.pretrained import load
+from posx.pretrained.evaluate import Settings
+from posx.pretrained.extend_data import held_in_bytes, tokenize_held_in
+from posx.pretrained.extend_engine import build_engine, full_weights, save_model
+from posx.pretrained.extend_plan import Plan, check_fits, make_plan
+from posx.pretrained.extend_settings import Options, check_settings, parse_settings
+from posx.pretrained.extend_train import (
+    STATE_DIR,
+    Budget,
+    Stopped,
+    latest_state,
+    load_state,
+    make_optimizer,
+    train,
+)
+from posx.pretrained.request import DEFAULTS, Request
+from posx.pretrained.run import RUNS_DIR, evaluate_pretrained
+from posx.pretrained.scaling import rope_parameters
+from posx.runtime.distributed import World, barrier, init_process_group
+from posx.storage.results import SCHEMA_VERSION, check_writable, write_csv, write_json
+
+MODEL_DIR = "model"
+# what an extension's run.json keeps when its evaluation writes the file again
+KEPT = ("status", "steps", "step", "final_loss", "parent", "extension", "train_corpus")
+Say = Callable[[str], None]
+
+
+def plan_extension(word: str, words: list[str], options: Options) -> Plan:
+    """The plan of ``posx extend hf:... WORDS`` (for ``--dry-run`` and before training)."""
+    return make_plan(word, parse_settings(words), options, init_process_group())
+
+
+def run_directory(plan: Plan) -> Path:
+    """``<root>/pretrained/<label>_<12 hex>``."""
+    name = plan.label.replace("×", "x").replace("@", "")
+    return Path(str(plan.values["root"])) / RUNS_DIR / f"{name}_{plan.identity()}"
+
+
+def extend_pretrained(plan: Plan, say: Say) -> Path:
+    """Carries out a new extension.
+
+    Raises:
+        ConfigError: The run exists already (finished: evaluate it; unfinished: resume it), or
+            the plan does not fit.
+    """
+    run = run_directory(plan)
+    if (run / "run.json").is_file():
+        done = (run / MODEL_DIR).is_dir()
+        verb = "evaluate it with posx eval" if done else "continue it: posx resume"
+        raise ConfigError(f"this extension exists already: {run}; {verb} {run}")
+    check_fits(plan)
+    check_writable(Path(str(plan.values["root"])))
+    barrier(plan.world)  # every process has looked before rank 0 writes
+    return _carry_out(plan, run, say)
+
+
+def resume_pretrained(run: Path, info: dict[str, Any], options: Options, say: Say) -> Path:
+    """Continues an interrupted extension from its last checkpoint (or from the start).
+
+    Raises:
+        ConfigError: It finished already, or its base model changed since it started.
+    """
+    if info.get("status") == "extended":
+        raise ConfigError(
+            f"{run} already finished; nothing to resume (evaluate it with posx eval {run})"
+        )
+    ext, parent = info.get("extension") or {}, info.get("parent") or {}
+    if not isinstance(ext.get("settings"), dict) or not ext.get("word"):
+        raise PosxError(f"{run}/run.json is damaged (no extension settings); it cannot be resumed")
+    values = check_settings(ext["settings"])
+    hub = not str(parent.get("revision", "")).startswith("dir:")
+    options.revision = parent.get("revision") if hub else None
+    plan = make_plan(ext["word"], values, options, init_process_group())
+    if plan.source.revision != parent.get("revision"):
+        raise ConfigError(
+            f"the base model {plan.source.name} changed since {run} started (revision "
+            f"{plan.source.revision[:16]}, was {str(parent.get('revision'))[:16]}); extend it again"
+        )
+    check_fits(plan)
+    return _carry_out(plan, run, say, resume=True)
+
+
+def _budget(plan: Plan) -> Budget:
+    v = plan.values
+    return Budget(v["extend.steps"], float(v["extend.lr"]), v["extend.warmup_steps"],
+                  v["train.batch_size"], v["train.micro_batch"], plan.window, plan.length,
+                  plan.method.pose_chunks, float(v["train.grad_clip"]),
+                  v["train.checkpoint_every"], v["seed"])  # fmt: skip
+
+
+def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
+    world, v = plan.world, plan.values
+    tokenizer = load.load_tokenizer(plan.source, plan.trust)
+    raw, corpus = held_in_bytes(v["task.corpus"], float(v["task.val_fraction"]),
+                                v["task.max_bytes"], v["task.val_corpus"])  # fmt: skip
+    text = tokenize_held_in(tokenizer, raw, corpus)
+    budget = _budget(plan)
+    text.window_count(plan.window)
+    record = _record(plan, run, text.describe)
+    if world.is_main:
+        run.mkdir(parents=True, exist_ok=True)
+        write_json(run / "run.json", {**record, "status": "running", "step": 0})
+    engine = build_engine(plan.source, plan.config, plan.trust, world, plan.device, plan.bf16,
+                          v["train.checkpointing"])  # fmt: skip
+    optimizer = make_optimizer(engine, budget)
+    start, rows = 0, []
+    found = latest_state(run / STATE_DIR) if resume else None
+    if found is not None:
+        start, rows = load_state(found, engine, optimizer)
+        say(f"resuming {run} at step {start}")
+    every = max(1, budget.steps // 20)
+
+    def progress(row: dict[str, Any]) -> None:
+        if world.is_main and (row["step"] % every == 0 or row["step"] == budget.steps):
+            say(f"step {row['step']}/{budget.steps} loss {row['loss']:.4f} "
+                f"{row['tokens_per_s']:.0f} tok/s")  # fmt: skip
+
+    try:
+        rows = train(engine, optimizer, text, budget, run / STATE_DIR, start, rows, progress)
+    except Stopped as stop:
+        if world.is_main:
+            write_csv(run / "metrics.csv", pd.DataFrame(rows))
+            write_json(run / "run.json", {**record, "status": "interrupted", "step": stop.step})
+        raise Interrupted(
+            f"interrupted at step {stop.step}; checkpoint saved; run: posx resume {run}"
+        ) from None
+    weights = full_weights(engine)
+    if world.is_main:
+        save_model(engine, weights, run / MODEL_DIR, _saved_dtype(plan.source))
+        tokenizer.save_pretrained(run / MODEL_DIR)
+        write_csv(run / "metrics.csv", pd.DataFrame(rows))
+        done = {**record, "status": "extended", "step": budget.steps,
+                "final_loss": rows[-1]["loss"] if rows else None}  # fmt: skip
+        write_json(run / "run.json", done)
+        shutil.rmtree(run / STATE_DIR, ignore_errors=True)
+    _leave(world)
+    return run
+
+
+def _leave(world: World) -> None:
+    """Every process is done training: the others leave, rank 0 goes on to evaluate."""
+    barrier(world)
+    if world.distributed:
+        torch.distributed.destroy_process_group()
+
+
+def _saved_dtype(source: load.Source) -> torch.dtype:
+    """The dtype the base's weights were saved in (its config's ``dtype``), fp32 if unsaid."""
+    name = source.config.get("dtype") or source.config.get("torch_dtype") or "float32"
+    found = getattr(torch, str(name), None)
+    return found if isinstance(found, torch.dtype) else torch.float32
+
+
+def _record(plan: Plan, run: Path, corpus: dict[str, Any]) -> dict[str, Any]:
+    """``run.json`` of the extension: what it is, where it came from, how it was trained."""
+    v, base = plan.values, load.model_name(plan.word)
+    info: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "run": run.name, "encoding": plan.label,
+        "task": "text", "model": "pretrained", "seed": v["seed"], "train_length": plan.window,
+        "steps": v["extend.steps"],
+        "pretrained": {"model_id": str(run / MODEL_DIR), "architecture": plan.config.model_type,
+                       "parameters": plan.shape.params},
+        "parent": {"run": Path(base.rstrip("/")).name, "model_id": plan.source.name,
+                   "path": str(plan.source.path), "revision": plan.source.revision,
+                   "trained_length": plan.trained,
+                   "rope_parameters": rope_parameters(load.load_config(plan.source, plan.trust))},
+        "extension": {"word": plan.word, "method": plan.method.name, "scaling":
+                      plan.method.scaling, "factor": float(v["extend.factor"]),
+                      "length": plan.length, "window": plan.window,
+                      "pose_chunks": plan.method.pose_chunks, "steps": v["extend.steps"],
+                      "lr": v["extend.lr"], "warmup_steps": v["extend.warmup_steps"],
+                      "batch_size": v["train.batch_size"], "micro_batch": v["train.micro_batch"],
+                      "checkpointing": v["train.checkpointing"],
+                      "precision": "bf16" if plan.bf16 else "fp32",
+                      "processes": plan.world.size,
+                      "engine": "fsdp2" if plan.world.distributed else "one process",
+                      "rope_parameters": rope_parameters(plan.config),
+                      "memory_estimate_bytes": plan.need, "settings": v},
+        "train_corpus": corpus,
+    }  # fmt: skip
+    if v["experiment"]:
+        info["experiment"] = str(v["experiment"])
+    return info
+
+
+def evaluate_extension(
+    run: Path, info: dict[str, Any], lengths: list[int] | None, on_row: Any = None
+) -> tuple[Path, list[dict[str, Any]]]:
+    """Evaluates an extension's model on the held-out text into its own run directory, at
+    ``lengths`` (default: its ``eval.lengths``, else the base's context and the target).
+
+    Raises:
+        ConfigError: The run has no model (it was not finished).
+        PosxError: Its ``run.json`` lacks the extension's lineage.
+    """
+    if not (run / MODEL_DIR / "config.json").is_file():
+        raise ConfigError(f"{run} holds no extended model yet; finish it: posx resume {run}")
+    ext, parent = info.get("extension") or {}, info.get("parent") or {}
+    v = ext.get("settings") or {}
+    if not (isinstance(v, dict) and parent.get("trained_length") and ext.get("length")):
+        raise PosxError(f"{run}/run.json is damaged (no extension lineage); it cannot be evaluated")
+    asked = lengths or v.get("eval.lengths") or [parent["trained_length"], ext["length"]]
+    values = {**DEFAULTS, **{k: v[k] for k in DEFAULTS if k in v}}
+    values.update(train_length=info["train_length"], label=info["encoding"])
+    settings = Settings(lengths=list(asked), tokens=values["eval.tokens"],
+                        batch_tokens=values["eval.batch_tokens"])  # fmt: skip
+    request = Request(f"hf:{run / MODEL_DIR}", settings, values, root=run.parent.parent,
+                      device=str(v.get("train.device", "auto")), run_dir=run,
+                      record={k: info[k] for k in KEPT if k in info})  # fmt: skip
+    return evaluate_pretrained(request, on_row)

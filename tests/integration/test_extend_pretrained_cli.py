@@ -1,0 +1,274 @@
+"""``posx extend hf:NAME_OR_DIR`` as a user types it: a tiny random Llama extended with YaRN ×2
+writes a model directory that transformers loads with that scaling, its run is evaluated,
+reported and checked beside the base, an interrupted extension resumes to the same weights, two
+processes under torchrun (FSDP2 on gloo) take the same steps as one, and each refusal is one
+line, exit 2, with nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import REPO, run_in_process
+from tests.integration.test_cli_errors import assert_one_line_error
+from tests.unit.pretrained.tiny_models import model_root, offline_hub
+
+FT = ["extend.steps=4", "extend.lr=1e-3", "extend.warmup_steps=1", "train.batch_size=4",
+      "train.micro_batch=1", "train.checkpoint_every=2", "eval.tokens=128",
+      "task.val_fraction=0.5"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    torch.set_num_threads(1)
+    return model_root(tmp_path_factory.mktemp("hf_extend"), ("llama", "qwen2", "gpt2"))
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    offline_hub(monkeypatch, tmp_path / "hf_home")
+
+
+def extend_args(models: Path, root: Path, *args: str, model: str = "llama") -> list[str]:
+    corpus = f"task.corpus={models / 'corpus.txt'}"
+    return ["extend", f"hf:{models / model}", corpus, *FT, f"root={root}", *args]
+
+
+@pytest.fixture(scope="module")
+def extended(models, tmp_path_factory) -> Path:
+    """The tiny Llama extended with YaRN ×2 (32 -> 64) in one process, once per module."""
+    root = tmp_path_factory.mktemp("yarn")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    done = run_in_process(*extend_args(models, root, "extension=yarn", "extend.factor=2",
+                                       "experiment=mine"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = (root / "pretrained").iterdir()
+    return run
+
+
+def held_out_loss(model, models: Path, length: int, windows: int) -> float:
+    """transformers' own forward loss over the first held-out windows of ``length``."""
+    from posx.pretrained.text import held_out_bytes, tokenize_held_out
+
+    raw, name = held_out_bytes(str(models / "corpus.txt"), 0.5, 8_000_000, None)
+    from transformers import AutoTokenizer
+
+    text = tokenize_held_out(AutoTokenizer.from_pretrained(models / "llama"), raw, name)
+    ids = text.ids[: windows * length + 1]
+    losses = [model(input_ids=ids[None, i * length : (i + 1) * length + 1],
+                    labels=ids[None, i * length : (i + 1) * length + 1]).loss
+              for i in range(windows)]  # fmt: skip
+    return float(torch.stack(losses).mean())
+
+
+def test_yarn_extension_loads_anywhere_and_reads_as_a_run(cli, models, extended, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(extended / "model").eval()
+    assert model.config.rope_parameters == {"rope_theta": 10000.0, "rope_type": "yarn",
+                                            "factor": 2.0,
+                                            "original_max_position_embeddings": 32}  # fmt: skip
+    assert model.config.max_position_embeddings == 64 and model.model.rotary_emb.rope_type == "yarn"
+    assert len(AutoTokenizer.from_pretrained(extended / "model")) == model.config.vocab_size
+    rows = pd.read_csv(extended / "eval.csv", keep_default_na=False)
+    assert set(rows["encoding"]) == {"llama+yarn×2+ft@64"} and set(rows["eval_length"]) == {32, 64}
+    row = rows[rows["eval_length"] == 64].iloc[0]
+    with torch.no_grad():
+        theirs = held_out_loss(model, models, 64, int(row["sequences"]))
+    assert abs(float(row["loss"]) - theirs) < 1e-5
+    info = json.loads((extended / "run.json").read_text())
+    assert info["status"] == "extended" and info["train_length"] == 64 and info["step"] == 4
+    assert info["parent"]["revision"].startswith("dir:") and info["parent"]["trained_length"] == 32
+    ext = info["extension"]
+    assert (ext["method"], ext["factor"], ext["steps"], ext["window"]) == ("yarn", 2.0, 4, 64)
+    size = (models / "corpus.txt").stat().st_size  # held-in and held-out split it, no overlap
+    assert abs(info["train_corpus"]["train_bytes"] + info["corpus"]["val_bytes"] - size) <= 4
+    assert info["train_corpus"]["bytes_per_token"] > 1
+    assert (
+        len(pd.read_csv(extended / "metrics.csv")) == 4 and not (extended / "train_state").exists()
+    )
+
+    again = cli("eval", str(extended), "--lengths", "128")
+    assert again.returncode == 0, again.stderr
+    assert set(pd.read_csv(extended / "eval.csv")["eval_length"]) == {32, 64, 128}
+    root = extended.parent.parent
+    base = cli("eval", f"hf:{models / 'llama'}", "--root", str(root), "--lengths", "32,64",
+               f"task.corpus={models / 'corpus.txt'}", "task.val_fraction=0.5", "eval.tokens=128",
+               "experiment=mine", "--no-progress")  # fmt: skip
+    assert base.returncode == 0, base.stderr
+    md = cli("report", "--root", str(root), "--by", "train_length", "--format", "md").stdout
+    (table,) = [t for t in md.split("\n\n") if "llama+yarn×2+ft@64" in t and "| llama" in t]
+    listing = json.loads(cli("runs", "--root", str(root), "--format", "json").stdout)
+    assert {r["status"] for r in listing} == {"extended", "pretrained"}
+
+    conf = tmp_path / "conf"
+    (conf / "claims").mkdir(parents=True)
+    (conf / "experiment").mkdir()
+    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment_name: mine\n")
+    (conf / "claims" / "mine.yaml").write_text(
+        "paper: extension\nclaims:\n"
+        "  - id: close\n    table: t\n"
+        "    statement: llama+yarn×2+ft@64 <= llama + 100 at L=64 by bpb\n"
+        "  - id: far\n    table: t\n"
+        "    statement: llama+yarn×2+ft@64 < llama - 100 at L=64 by bpb\n"
+    )  # fmt: skip
+    check = cli("--config-dir", str(conf), "check", str(root), "--min-seeds", "1", "--format",
+                "json")  # fmt: skip
+    verdicts = {c["claim"]: c["verdict"] for c in json.loads(check.stdout)["claims"]}
+    assert verdicts == {"close": "holds", "far": "fails"}, check.stdout + check.stderr
+
+
+def test_pose_on_qwen2_spreads_positions_and_keeps_rope(cli, models, tmp_path):
+    done = cli(*extend_args(models, tmp_path, "extension=pose", "extend.factor=2",
+                            "extend.steps=2", "eval.lengths=[64]", model="qwen2"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = (tmp_path / "pretrained").iterdir()
+    info = json.loads((run / "run.json").read_text())
+    assert info["encoding"] == "qwen2+pose+ft@32" and info["extension"]["pose_chunks"] == 2
+    saved = json.loads((run / "model" / "config.json").read_text())
+    assert saved["rope_parameters"]["rope_type"] == "default"
+    assert saved["max_position_embeddings"] == 64
+
+
+def test_an_interrupted_extension_resumes_to_the_same_weights(cli, models, extended, tmp_path,
+                                                              monkeypatch):  # fmt: skip
+    import posx.pretrained.extend_train as loop
+
+    class StopAfterThree(loop.StopOnInterrupt):
+        """Ctrl-C during the third of four steps (checked at each step boundary)."""
+
+        checks = 0
+
+        @property
+        def requested(self) -> bool:
+            StopAfterThree.checks += 1
+            return StopAfterThree.checks == 4
+
+        @requested.setter
+        def requested(self, value: bool) -> None:
+            pass
+
+    monkeypatch.setattr(loop, "StopOnInterrupt", StopAfterThree)
+    stopped = cli(*extend_args(models, tmp_path, "extension=yarn", "extend.factor=2",
+                               "experiment=mine"))  # fmt: skip
+    assert stopped.returncode == 130, stopped.stderr
+    monkeypatch.undo()
+    (run,) = (tmp_path / "pretrained").iterdir()
+    assert run.name == extended.name  # the same settings name the same run
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+    assert [p.name for p in (run / "train_state").iterdir()] == ["step_00000003"]
+    again = cli(*extend_args(models, tmp_path, "extension=yarn", "extend.factor=2",
+                             "experiment=mine"))  # fmt: skip
+    assert_one_line_error(again, 2, "this extension exists already")
+    broken = Path(shutil.copytree(run, tmp_path / "broken"))
+    (shard,) = (broken / "train_state" / "step_00000003").glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[:100])  # a shard cut short
+    assert_one_line_error(cli("resume", str(broken)), 1, "step_00000003 is damaged (")
+    resumed = cli("resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr and "at step 3" in resumed.stderr
+    a = load_file(str(extended / "model" / "model.safetensors"))
+    b = load_file(str(run / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert pd.read_csv(run / "metrics.csv")["loss"].tolist() == pd.read_csv(
+        extended / "metrics.csv")["loss"].tolist()  # fmt: skip
+    assert_one_line_error(cli("resume", str(run)), 2, "already finished; nothing to resume")
+
+
+def _no_weights(models: Path, tmp_path: Path) -> Path:
+    bare = tmp_path / "bare"
+    shutil.copytree(models / "llama", bare)
+    (bare / "model.safetensors").unlink()
+    return bare
+
+
+def _custom_code(models: Path, tmp_path: Path) -> Path:
+    custom = tmp_path / "custom"
+    shutil.copytree(models / "llama", custom)
+    cfg = json.loads((custom / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModelForCausalLM": "modeling.Evil"}
+    (custom / "config.json").write_text(json.dumps(cfg))
+    return custom
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [("no transformers", "extending a pretrained model needs the transformers library: pip "
+                         "install 'posx[transformers]'"),
+     ("gpt2 yarn", "extension=yarn changes RoPE, but gpt2 has no rotary positions"),
+     ("no weights", "holds no weights (no *.safetensors, no pytorch_model.bin)"),
+     ("custom code", "asks to run its own code (auto_map in config.json)"),
+     ("no method", "posx extend hf:... needs a method: extension=NAME"),
+     ("unknown setting", "posx extend hf:... has no setting 'train.length'"),
+     ("too big", "needs about 594.6 MiB per process (1 process(es)), more than the limit of 590.0 "
+                 "MiB you set; would fit: train.checkpointing=true")],
+)  # fmt: skip
+def test_each_refusal_is_one_line_and_writes_nothing(cli, models, tmp_path, monkeypatch, case,
+                                                     message):  # fmt: skip
+    root = tmp_path / "out"
+    model, args = "llama", ["extension=yarn"]
+    if case == "no transformers":
+        monkeypatch.setitem(sys.modules, "transformers", None)
+    elif case == "gpt2 yarn":
+        model = "gpt2"
+    elif case == "no weights":
+        model = str(_no_weights(models, tmp_path))
+    elif case == "custom code":
+        model = str(_custom_code(models, tmp_path))
+    elif case == "no method":
+        args = []
+    elif case == "unknown setting":
+        args.append("train.length=64")
+    elif case == "too big":
+        args += ["extend.factor=64", "train.micro_batch=4", "train.max_memory=590M"]
+    result = cli(*extend_args(models, root, *args, model=model))
+    assert_one_line_error(result, 2, message)
+    assert not root.exists()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(cli, models, tmp_path):
+    bare = _no_weights(models, tmp_path)  # a plan needs the config alone
+    plan = ["extension=yarn", "train.device=cuda", "train.world_size=8", "train.batch_size=8",
+            "train.max_memory=80G", "train.checkpointing=true", "--dry-run"]  # fmt: skip
+    result = cli(*extend_args(models, tmp_path / "out", *plan, model=str(bare)))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert '"rope_type": "yarn", "factor": 4.0' in out and "target 128" in out
+    assert "8 on cuda (FSDP2, sharded)" in out and "bf16 mixed" in out and "fits       yes" in out
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_two_processes_take_the_same_steps_as_one(models, extended, tmp_path):
+    """torchrun --nproc_per_node 2 on gloo: FSDP2 shards the model, each process reads half the
+    global batch (2 micro-batches each, against 4 in one process), a sharded checkpoint at
+    step 2; the losses and the saved weights match the one-process run's."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "POSX_DEBUG": "0"}
+    args = extend_args(models, tmp_path, "extension=yarn", "extend.factor=2", "experiment=mine",
+                       "eval.lengths=[]")  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--standalone", "-m", "posx", *args],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = (tmp_path / "pretrained").iterdir()
+    info = json.loads((run / "run.json").read_text())
+    assert info["extension"]["engine"] == "fsdp2" and info["extension"]["processes"] == 2
+    two = pd.read_csv(run / "metrics.csv")["loss"]
+    one = pd.read_csv(extended / "metrics.csv")["loss"]
+    assert len(two) == 4 and (two - one).abs().max() < 1e-5, (two.tolist(), one.tolist())
+    a = load_file(str(extended / "model" / "model.safetensors"))
+    b = load_file(str(run / "model" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
