@@ -35,6 +35,9 @@ from posx.pretrained.scaling import HF_TYPES, Variant, rope_parameters, scaled_c
 GROUP = "extension"
 TARGET = "${extend.length}"
 FACTOR = "${extend.factor}"
+# posx's own extensions count the scaling from the first base (a chain); a pretrained model is
+# its own first base, so the two are one factor here
+FACTORS = (FACTOR, "${extend.base_factor}")
 # the posx scaling types a transformers config can hold (static NTK raises rope_theta)
 SCALINGS = (*HF_TYPES, "ntk")
 # keys of a method yaml this branch reads; the others set posx's own training (train.steps ...)
@@ -108,8 +111,10 @@ def _scaling(name: str, node: dict[str, Any]) -> str | None:
             f"extension={name} sets encoding.scaling.type={kind}, which transformers configs do "
             f"not hold; they take {', '.join(SCALINGS)}"
         )
-    if scaling.get("factor", FACTOR) != FACTOR:
-        raise ConfigError(f"extension={name}: encoding.scaling.factor must be {FACTOR}")
+    if scaling.get("factor", FACTOR) not in FACTORS:
+        raise ConfigError(
+            f"extension={name}: encoding.scaling.factor must be {' or '.join(FACTORS)}"
+        )
     return str(kind)
 
 
