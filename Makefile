@@ -12,7 +12,7 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.posx-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install shakespeare demo test test-slow test-gpu lint format clean bench bench-eval
+.PHONY: help install shakespeare demo test test-slow test-gpu lint format clean bench bench-eval bench-gpu
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ bench: $(STAMP) ## Training/eval tokens/s of every encoding vs plain PyTorch and
 
 bench-eval: $(STAMP) ## Evaluator time and peak memory of every encoding at 2k, 8k, 32k tokens; peak(32k)/peak(8k)
 	$(BIN)/python scripts/bench_eval.py $(BENCH_ARGS)
+
+bench-gpu: $(STAMP) ## GPT-2-small shape on one GPU, every encoding vs plain SDPA: train 1k/4k, eval 16k/32k, in 8 min (tiny shapes on the CPU)
+	$(BIN)/python scripts/bench_gpu.py $(BENCH_ARGS)
 
 lint: $(STAMP) ## ruff check + format check + import layers (import-linter contracts in pyproject.toml)
 	$(BIN)/ruff check posx tests scripts

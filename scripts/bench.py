@@ -509,6 +509,16 @@ def fail(message: str) -> int:
     return 2
 
 
+def parse_device(name: str) -> torch.device | str:
+    """``--device``'s value as a device, or a one-line message saying what is wrong."""
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        return f"--device {name} but CUDA is not available; use --device cpu"
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        return f"unknown --device {name!r}; use cpu or cuda[:N]"
+
+
 def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Namespace | str:
     """The arguments, or a one-line message saying what is wrong."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -545,12 +555,9 @@ def parse_args(all_encodings: list[str], all_models: list[str]) -> argparse.Name
         args.eval_factors = [int(f) for f in args.eval_factors.split(",") if f]
     except ValueError:
         return f"--eval-factors takes integers like 1,4,16, got {args.eval_factors!r}"
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        return f"--device {args.device} but CUDA is not available; use --device cpu"
-    try:
-        args.device = torch.device(args.device)
-    except RuntimeError:
-        return f"unknown --device {args.device!r}; use cpu or cuda[:N]"
+    args.device = parse_device(args.device)
+    if isinstance(args.device, str):
+        return args.device
     counts = [args.length, args.batch, args.rounds, args.eval_rounds, *args.eval_factors]
     if min(counts) < 1 or args.warmup < 0 or args.threads < 0 or not args.sample_seconds > 0:
         return (

@@ -3,9 +3,10 @@
 An encoding may touch the computation at four places; a subclass overrides only the hooks it
 needs, and the base class touches nothing (it *is* NoPE). Positions always arrive as explicit
 tensors (``[s]`` shared by the batch, or ``[b, s]``); no hook may assume ``pos == arange(s)``.
+A bias may also say how FlexAttention computes it (``score_mod``).
 
-Attention asks ``has_bias`` / ``has_attend`` to pick its kernel, so model code never branches
-on an encoding's name.
+Attention asks ``has_bias`` / ``has_attend`` / ``has_score_mod`` to pick its kernel, so model
+code never branches on an encoding's name.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Hashable
 import torch
 from torch import Tensor, nn
 
+from posx.kernels.flex import ScoreMod
 from posx.kernels.memo import parameter_versions
 
 
@@ -85,6 +87,24 @@ class PositionalEncoding(nn.Module):
         """
         raise NotImplementedError(f"{type(self).__name__} adds no attention bias")
 
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+        """The bias as FlexAttention's ``score_mod``, for a bias that no per-distance table can
+        stand for (it reads the query's own position: FIRE). Encodings with
+        ``relative_bias`` need not override this: attention tabulates their bias by distance.
+
+        The function is scalar code, as FlexAttention's compiler requires, and must equal
+        ``bias(q_pos, k_pos)`` at every pair; its indexing broadcasts, so tests evaluate it on
+        index grids on the CPU.
+
+        Args:
+            q_pos: Integer query positions ``[sq]`` or ``[b, sq]``.
+            k_pos: Integer key positions ``[sk]`` or ``[b, sk]``.
+
+        Returns:
+            ``(score, b, h, q_idx, kv_idx) -> score + bias[b, h, q_idx, kv_idx]``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no FlexAttention score_mod")
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Full causal attention computed by the encoding itself.
 
@@ -138,6 +158,10 @@ class PositionalEncoding(nn.Module):
     @property
     def has_attend(self) -> bool:
         return type(self).attend is not PositionalEncoding.attend
+
+    @property
+    def has_score_mod(self) -> bool:
+        return type(self).score_mod is not PositionalEncoding.score_mod
 
     def unsupported_reason(self, length: int) -> str | None:
         """Says why ``length`` positions cannot be evaluated, or ``None`` when they can."""

@@ -18,6 +18,8 @@ from torch import Tensor, nn
 
 from posx.encodings.base import add_head_dim, as_float, relative_distance, values_are_concrete
 from posx.encodings.per_layer import PerLayer
+from posx.kernels.flex import ScoreMod
+from posx.kernels.flex_mods import LogDistance, mlp_score_mod, piecewise_score_mod
 
 
 class FIRE(PerLayer):
@@ -96,6 +98,20 @@ class FIRE(PerLayer):
         hidden = F.relu(x * self.w1[layer] + self.b1[layer])  # [(b,) sq, sk, width]
         out = F.linear(hidden, self.w2[layer], self.b2[layer])  # [(b,) sq, sk, h]
         return add_head_dim(out)
+
+    def layer_score_mod(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod:
+        """``layer``'s bias as FlexAttention's ``score_mod`` (:mod:`posx.kernels.flex_mods`):
+        the MLP unrolled where a gradient flows, its piecewise-linear form where none does, as
+        :meth:`layer_bias` chooses; the per-query normaliser is computed here, once."""
+        layer = self.set_index(layer, "score_mod")
+        q, k = as_float(q_pos).float(), as_float(k_pos).float()
+        c = self.c[layer]
+        norm = torch.log(torch.abs(c * torch.maximum(q, self.threshold(layer))) + 1) + self.eps
+        x = LogDistance(q, k, c, norm)
+        if torch.is_grad_enabled():
+            return mlp_score_mod(x, self.w1[layer], self.b1[layer], self.w2[layer], self.b2[layer])
+        slopes, intercepts, kinks = self._segments(layer)
+        return piecewise_score_mod(x, kinks, slopes, intercepts)
 
     def _piecewise_bias(self, x: Tensor, layer: int) -> Tensor:
         """The MLP as the piecewise-linear function of ``x`` it is, for evaluation.

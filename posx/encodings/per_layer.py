@@ -21,7 +21,7 @@ from collections.abc import Hashable
 
 from torch import Tensor
 
-from posx.encodings.base import PositionalEncoding
+from posx.encodings.base import PositionalEncoding, ScoreMod
 
 
 class PerLayer(PositionalEncoding):
@@ -56,6 +56,10 @@ class PerLayer(PositionalEncoding):
         """Set ``layer``'s attention ``[b, h, sq, d_h]``; see :meth:`PositionalEncoding.attend`."""
         raise NotImplementedError(f"{type(self).__name__} has no attention override")
 
+    def layer_score_mod(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod:
+        """Set ``layer``'s FlexAttention ``score_mod``; see :meth:`PositionalEncoding.score_mod`."""
+        raise NotImplementedError(f"{type(self).__name__} has no FlexAttention score_mod")
+
     def layer_rotate(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
     ) -> tuple[Tensor, Tensor]:
@@ -89,6 +93,9 @@ class PerLayer(PositionalEncoding):
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         return self.layer_rotate(q, k, q_pos, k_pos, self.set_index(None, "rotate"))
 
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+        return self.layer_score_mod(q_pos, k_pos, self.set_index(None, "score_mod"))
+
     @property
     def has_bias(self) -> bool:
         return type(self).layer_bias is not PerLayer.layer_bias
@@ -96,6 +103,10 @@ class PerLayer(PositionalEncoding):
     @property
     def has_attend(self) -> bool:
         return type(self).layer_attend is not PerLayer.layer_attend
+
+    @property
+    def has_score_mod(self) -> bool:
+        return type(self).layer_score_mod is not PerLayer.layer_score_mod
 
     def for_layer(self, index: int) -> PositionalEncoding:
         if not 0 <= index < self.n_layers:
@@ -129,12 +140,14 @@ class LayerView(PositionalEncoding):
         self.max_len = owner.max_len
         self.owner_name = type(owner).__name__
         self._has_bias, self._has_attend = owner.has_bias, owner.has_attend
+        self._has_score_mod = owner.has_score_mod
         self.relative_bias = owner.relative_bias  # FlexAttention's per-distance table applies
         # The owner's bound methods, not the owner: assigning a module would register it as a
         # child of its own view, a module cycle (owner -> view -> owner).
         self._layer_bias = owner.layer_bias
         self._layer_attend = owner.layer_attend
         self._layer_rotate = owner.layer_rotate
+        self._layer_score_mod = owner.layer_score_mod
         self._owner_cache_key = owner.cache_key
         self._owner_unsupported_reason = owner.unsupported_reason
 
@@ -147,6 +160,9 @@ class LayerView(PositionalEncoding):
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         return self._layer_rotate(q, k, q_pos, k_pos, self.index)
 
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+        return self._layer_score_mod(q_pos, k_pos, self.index)
+
     @property
     def has_bias(self) -> bool:
         return self._has_bias
@@ -154,6 +170,10 @@ class LayerView(PositionalEncoding):
     @property
     def has_attend(self) -> bool:
         return self._has_attend
+
+    @property
+    def has_score_mod(self) -> bool:
+        return self._has_score_mod
 
     def cache_key(self) -> Hashable:
         return self._owner_cache_key()  # the weights are the owner's

@@ -1,4 +1,4 @@
-"""FlexAttention for relative biases: a ``score_mod`` that reads a per-distance table.
+"""FlexAttention for biases: a ``score_mod`` that reads a per-distance table, or the encoding's.
 
 FlexAttention's compiler (Inductor, on CUDA and CPU alike) lowers a ``score_mod`` as scalar code.
 A ``score_mod`` that calls an encoding's vectorised ``bias`` on one (query, key) pair and picks
@@ -6,7 +6,9 @@ head ``h`` from the ``[h]`` result does not lower: a reshape fails to compile, a
 vector indexed by ``h`` compiles to wrong values. So the bias is evaluated eagerly, once per
 distance, into a ``[h, distances]`` table (with its autograd history), and the ``score_mod``
 indexes that table: exact for an encoding whose bias depends on ``q - k`` alone
-(``encoding.relative_bias``); any other bias keeps the blocked kernel.
+(``encoding.relative_bias``). An encoding whose bias reads more (FIRE: the query's own position)
+gives its own scalar ``score_mod`` (``encoding.score_mod``, see :mod:`posx.kernels.flex_mods`);
+any other bias keeps the blocked kernel.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import torch
 from torch import Tensor
 
 BiasFn = Callable[[Tensor, Tensor], Tensor]
+# FlexAttention's score_mod: (score, b, h, q_idx, kv_idx) -> score, all tensors
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 try:  # FlexAttention arrived in torch 2.5; without it every bias takes the blocked path.
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
@@ -37,6 +41,9 @@ class BiasEncoding(Protocol):
 
     @property
     def has_bias(self) -> bool: ...
+
+    @property
+    def has_score_mod(self) -> bool: ...
 
 
 # encoding -> why FlexAttention failed for it once (it then keeps the blocked kernel)
@@ -57,10 +64,11 @@ def flex_unsupported_reason(
         return "this torch has no FlexAttention (it needs torch >= 2.5)"
     if not encoding.has_bias:
         return f"{type(encoding).__name__} adds no attention bias"
-    if not encoding.relative_bias:
+    if not (encoding.relative_bias or encoding.has_score_mod):
         return (
             f"{type(encoding).__name__}'s bias is not a function of the distance q - k alone "
-            "(relative_bias is False), so no per-distance table can stand for it"
+            "(relative_bias is False), so no per-distance table can stand for it, and it has "
+            "no score_mod of its own"
         )
     return _FLEX_FAILED.get(encoding)
 
@@ -117,9 +125,36 @@ def causal_block_mask(sq: int, sk: int, device: str) -> BlockMask:
     )
 
 
+# Compiled FlexAttention kernels kept per process. Each length, positions' layout and kind of
+# score_mod is its own kernel; at dynamo's default (8 per function) a long evaluation sweep or a
+# benchmark of several encodings would pass the limit, and past it torch runs FlexAttention
+# unfused, building every [b, h, s, s] score: no error, only quadratic memory.
+FLEX_RECOMPILES = 256
+
+
 @functools.cache
 def _compiled_flex() -> Callable[..., Tensor]:
-    return torch.compile(flex_attention, dynamic=False)
+    compiled = torch.compile(flex_attention, dynamic=False)
+
+    def call(*args: object, **kwargs: object) -> Tensor:
+        limit = max(torch._dynamo.config.recompile_limit, FLEX_RECOMPILES)
+        with torch._dynamo.config.patch(recompile_limit=limit):
+            return compiled(*args, **kwargs)
+
+    return call
+
+
+def position_reader(q_pos: Tensor, k_pos: Tensor) -> Callable[..., tuple[Tensor, Tensor]]:
+    """``(b, q_idx, kv_idx) -> (q_pos, k_pos)`` of a pair, in a ``score_mod``'s scalar code
+    (its indexing also broadcasts over index grids).
+
+    Args:
+        q_pos: Query positions ``[sq]`` or ``[b, sq]``.
+        k_pos: Key positions ``[sk]`` or ``[b, sk]`` (the same layout as ``q_pos``).
+    """
+    if q_pos.dim() == 2:
+        return lambda b, q_idx, kv_idx: (q_pos[b, q_idx], k_pos[b, kv_idx])
+    return lambda b, q_idx, kv_idx: (q_pos[q_idx], k_pos[kv_idx])
 
 
 def distance_table(q_pos: Tensor, k_pos: Tensor, bias_fn: BiasFn) -> tuple[Tensor, Tensor]:
@@ -151,17 +186,16 @@ def bias_per_distance(bias_fn: BiasFn, distances: Tensor) -> Tensor:
     return table.reshape(table.shape[-3], len(distances))
 
 
-def flex_score_mod(q_pos: Tensor, k_pos: Tensor, table: Tensor, lowest: Tensor) -> Callable:
+def flex_score_mod(q_pos: Tensor, k_pos: Tensor, table: Tensor, lowest: Tensor) -> ScoreMod:
     """The ``score_mod`` adding ``table[h, q_pos - k_pos - lowest]`` (see
     :func:`distance_table`). Scalar code, as FlexAttention's compiler requires; its indexing
     also broadcasts, so tests can evaluate it densely on the CPU, where FlexAttention has no
     backward."""
-    per_row = q_pos.dim() == 2
+    pair = position_reader(q_pos, k_pos)
     last = table.shape[-1] - 1
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        qp = q_pos[b, q_idx] if per_row else q_pos[q_idx]
-        kp = k_pos[b, kv_idx] if per_row else k_pos[kv_idx]
+        qp, kp = pair(b, q_idx, kv_idx)
         return score + table[h, (qp - kp - lowest).clamp(0, last)].to(score.dtype)
 
     return score_mod
@@ -175,11 +209,13 @@ def flex_bias_attention(
     k_pos: Tensor,
     bias_fn: BiasFn,
     compile: bool = True,
+    score_mod: ScoreMod | None = None,
 ) -> Tensor:
-    """Causal attention with a relative bias added inside FlexAttention's ``score_mod``.
+    """Causal attention with a bias added inside FlexAttention's ``score_mod``.
 
     Compiled, it never materialises a score or bias matrix: the bias is a ``[h, distances]``
-    table (with its autograd history, so learned biases get gradients on CUDA).
+    table (with its autograd history, so learned biases get gradients on CUDA), or computed
+    per pair by the encoding's own ``score_mod`` (FIRE's, which reads the query's position).
 
     Args:
         q: Queries ``[b, h, s, d_h]``.
@@ -190,12 +226,15 @@ def flex_bias_attention(
         bias_fn: A bias of ``q - k`` alone (see :func:`distance_table`).
         compile: Use the compiled fused kernel (``False``: FlexAttention's unfused reference,
             which materialises the scores; for tests).
+        score_mod: The encoding's own ``score_mod`` (``None``: ``bias_fn`` tabulated by
+            distance, for a bias of ``q - k`` alone).
 
     Returns:
         ``[b, h, s, d_h]``.
     """
-    table, lowest = distance_table(q_pos, k_pos, bias_fn)
-    score_mod = flex_score_mod(q_pos, k_pos, table, lowest)
+    if score_mod is None:
+        table, lowest = distance_table(q_pos, k_pos, bias_fn)
+        score_mod = flex_score_mod(q_pos, k_pos, table, lowest)
     mask = causal_block_mask(q.shape[-2], k.shape[-2], str(q.device))
     attend = _compiled_flex() if compile else flex_attention
     return attend(q, k, v, score_mod=score_mod, block_mask=mask)

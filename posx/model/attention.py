@@ -128,7 +128,8 @@ def causal_attention(
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if chosen == "flex":
         try:
-            return flex_bias_attention(q, k, v, q_pos, k_pos, encoding.bias)
+            own = encoding.score_mod(q_pos, k_pos) if encoding.has_score_mod else None
+            return flex_bias_attention(q, k, v, q_pos, k_pos, encoding.bias, score_mod=own)
         except torch.OutOfMemoryError:
             raise
         except Exception as err:  # noqa: BLE001 - a bias the compiler rejects: fall back once

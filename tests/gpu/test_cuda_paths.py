@@ -82,8 +82,9 @@ def test_compiled_flex_forward_and_backward_equal_blocked(name):
             torch.randn(B, H, S, D, device=CUDA, generator=gen).requires_grad_() for _ in range(3)
         )
         enc.zero_grad(set_to_none=True)
-        if run == "flex":
-            out = flex_bias_attention(q, k, v, pos, pos, layer.bias)
+        if run == "flex":  # FIRE: its own score_mod (the unrolled MLP, a gradient flows)
+            own = layer.score_mod(pos, pos) if layer.has_score_mod else None
+            out = flex_bias_attention(q, k, v, pos, pos, layer.bias, score_mod=own)
         else:
             out = blocked_bias_attention(q, k, v, pos, pos, layer.bias, 32)
         (out * torch.linspace(-1, 1, D, device=CUDA)).sum().backward()
@@ -184,3 +185,17 @@ def test_the_causal_block_mask_at_32k_takes_no_quadratic_memory():
     with PeakMemory(CUDA) as mem:
         causal_block_mask(32768, 32768, "cuda")
     assert mem.delta_mb < 64  # create_block_mask took 10 GiB here
+
+
+@pytest.mark.parametrize("name", ["fire", "alibi"])
+def test_evaluation_memory_at_32k_is_linear_in_the_length(name):
+    """FIRE runs in FlexAttention through its own score_mod on CUDA (no [s, s] bias per
+    block): peak(32k) / peak(8k) <= 1.5, as the relative biases (issue 47, item 4)."""
+    model = model_of(name).eval()
+    peaks = {}
+    for s in (8192, 32768):
+        tokens = torch.randint(50, (1, s), device=CUDA)
+        with torch.inference_mode(), autocast_context(CUDA, "bf16"), PeakMemory(CUDA) as mem:
+            model(tokens)
+        peaks[s] = mem.peak_mb
+    assert peaks[32768] / peaks[8192] <= 1.5, peaks

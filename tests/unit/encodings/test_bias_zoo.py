@@ -266,6 +266,9 @@ def test_blocked_and_flex_paths_agree(make):
     torch.testing.assert_close(flex, blocked, atol=1e-5, rtol=1e-5)
 
 
-def test_fire_is_refused_by_flex_attention():
-    """FIRE divides by a function of the query position: no per-distance table can hold it."""
-    assert "q - k alone" in flex_unsupported_reason(FIRE(4, 2, train_length=6).for_layer(1))
+def test_fire_takes_flex_attention_through_its_own_score_mod():
+    """FIRE divides by a function of the query position: no per-distance table can hold it,
+    so it gives FlexAttention its own score_mod (tests/unit/encodings/test_fire_flex.py)."""
+    layer = FIRE(4, 2, train_length=6).for_layer(1)
+    assert not layer.relative_bias and layer.has_score_mod
+    assert flex_unsupported_reason(layer) is None

@@ -135,6 +135,7 @@ def test_layer_views_own_nothing_and_stay_the_same(model):
             assert isinstance(layer, LayerView)
             assert not list(layer.parameters()) and not list(layer.children())
             assert layer.has_bias == enc.has_bias and layer.has_attend == enc.has_attend
+            assert layer.has_score_mod == enc.has_score_mod
     # Every parameter is registered once (the LM head's weight is the token embedding's).
     registered = len(list(model.named_parameters(remove_duplicate=False)))
     assert registered == len(list(model.parameters())) + (model.head.weight is model.tok.weight)

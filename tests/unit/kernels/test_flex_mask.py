@@ -80,3 +80,26 @@ def test_the_mask_at_32k_tokens_fits_in_little_memory():
     assert done.returncode == 0, done.stderr[-2000:]
     tiles = 32768 // 128
     assert done.stdout.split() == [str(tiles), str(tiles * (tiles - 1) // 2)]
+
+
+def test_compiled_flex_keeps_compiling_past_dynamo_s_default_limit(monkeypatch):
+    """Each length (and kind of score_mod) is its own compiled kernel. Past dynamo's default
+    of 8 per function torch runs FlexAttention unfused, building every [b, h, s, s] score, with
+    no error: a sweep over many lengths on CUDA would turn quadratic in memory. posx's compiled
+    call raises the limit for its own calls (and leaves the global setting alone)."""
+    from posx.kernels import flex
+
+    seen = []
+
+    def fake_compile(fn, **kwargs):
+        return lambda *a, **k: seen.append(torch._dynamo.config.recompile_limit)
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    flex._compiled_flex.cache_clear()
+    try:
+        default = torch._dynamo.config.recompile_limit
+        flex._compiled_flex()(None)
+    finally:
+        flex._compiled_flex.cache_clear()
+    assert seen == [max(default, flex.FLEX_RECOMPILES)] and seen[0] >= 64
+    assert torch._dynamo.config.recompile_limit == default

@@ -66,6 +66,20 @@ def bias_encodings() -> list[str]:
 BIAS = bias_encodings()
 FLEX = [n for n in BIAS if flex_unsupported_reason(encoding_of(n)) is None]
 NOT_FLEX = [n for n in BIAS if n not in FLEX]
+# FlexAttention reads these from a per-distance table; the others give their own score_mod
+TABLE = [n for n in FLEX if encoding_of(n).relative_bias]
+
+
+def own_score_mod(enc: PositionalEncoding, pos: torch.Tensor):
+    """The encoding's own score_mod, as causal_attention takes it (None: the distance table)."""
+    return enc.score_mod(pos, pos) if enc.has_score_mod else None
+
+
+class QueryScaled(PositionalEncoding):
+    """A bias of the query's position and the distance, with no score_mod of its own."""
+
+    def bias(self, q_pos, k_pos):
+        return (q_pos.unsqueeze(-1) * 0.01 - (q_pos.unsqueeze(-1) - k_pos)).unsqueeze(0)
 
 
 def test_the_glob_finds_the_known_bias_encodings():
@@ -73,9 +87,10 @@ def test_the_glob_finds_the_known_bias_encodings():
 
 
 def test_which_bias_encodings_take_flex_attention():
-    """The list the docs give: every bias of the distance alone runs in FlexAttention; FIRE
-    (normalised by the query's own position) keeps the blocked kernel."""
-    assert set(FLEX) == {
+    """The list the docs give: every bias of the distance alone runs in FlexAttention from a
+    per-distance table; FIRE (normalised by the query's own position) through its own
+    score_mod; a bias with neither keeps the blocked kernel, saying why."""
+    assert set(TABLE) == {
         "alibi",
         "alibi_learned",
         "dynamic_bias",
@@ -84,8 +99,10 @@ def test_which_bias_encodings_take_flex_attention():
         "sandwich",
         "t5",
     }
-    assert NOT_FLEX == ["fire"]
-    assert "q - k alone" in flex_unsupported_reason(encoding_of("fire"))
+    assert set(FLEX) == {*TABLE, "fire"} and NOT_FLEX == []
+    assert encoding_of("fire").has_score_mod and not encoding_of("alibi").has_score_mod
+    reason = flex_unsupported_reason(QueryScaled(), flex_available=True)
+    assert "q - k alone" in reason and "no score_mod of its own" in reason
 
 
 @pytest.mark.parametrize("name", BIAS)
@@ -133,7 +150,7 @@ def test_blocked_equals_unblocked(name, pos_kind):
 
 
 @pytest.mark.parametrize("grad", [False, True])
-@pytest.mark.parametrize("name", FLEX)
+@pytest.mark.parametrize("name", TABLE)
 def test_consecutive_positions_read_blocks_from_the_distance_table(name, grad):
     """A bias of the distance alone, at consecutive positions (per row too), is evaluated once
     per non-negative distance (not once per pair of every block) and gives the per-pair
@@ -161,7 +178,7 @@ def test_consecutive_positions_read_blocks_from_the_distance_table(name, grad):
                 torch.testing.assert_close(g.grad, w.grad, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", FLEX)
+@pytest.mark.parametrize("name", TABLE)
 def test_other_positions_keep_the_per_pair_bias(name):
     enc = encoding_of(name)
     calls = []
@@ -202,7 +219,7 @@ def test_model_output_does_not_depend_on_the_block_size(name):
 
 
 @pytest.mark.parametrize("pos_kind", ["shared", "per_row", "descending"])
-@pytest.mark.parametrize("name", FLEX)
+@pytest.mark.parametrize("name", TABLE)
 def test_distance_table_is_the_bias(name, pos_kind):
     """Every (query, key) pair's table entry is its bias, negative distances included."""
     enc = encoding_of(name)
@@ -227,7 +244,8 @@ def test_flex_reference_equals_blocked(name, pos_kind):
     q, k, v = qkv(1)
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "called without torch.compile": intended here
-        got = flex_bias_attention(q, k, v, pos, pos, enc.bias, compile=False)
+        mod = own_score_mod(enc, pos)
+        got = flex_bias_attention(q, k, v, pos, pos, enc.bias, compile=False, score_mod=mod)
         expected = blocked_bias_attention(q, k, v, pos, pos, enc.bias, block_size=8)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
@@ -242,7 +260,8 @@ def test_compiled_flex_forward_equals_blocked(name):
     q, k, v = qkv(2, model_layout=True)
     pos = positions("per_row")
     with torch.no_grad():
-        got = flex_bias_attention(q, k, v, pos, pos, enc.bias, compile=True)
+        mod = own_score_mod(enc, pos)
+        got = flex_bias_attention(q, k, v, pos, pos, enc.bias, compile=True, score_mod=mod)
         expected = blocked_bias_attention(q, k, v, pos, pos, enc.bias, block_size=8)
         unbiased = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
@@ -251,8 +270,10 @@ def test_compiled_flex_forward_equals_blocked(name):
 
 def dense_flex_attention(q, k, v, q_pos, k_pos, encoding):
     """What FlexAttention computes, with posx's score_mod evaluated on broadcast indices."""
-    table, lowest = distance_table(q_pos, k_pos, encoding.bias)
-    score_mod = flex_score_mod(q_pos, k_pos, table, lowest)
+    score_mod = own_score_mod(encoding, q_pos)
+    if score_mod is None:
+        table, lowest = distance_table(q_pos, k_pos, encoding.bias)
+        score_mod = flex_score_mod(q_pos, k_pos, table, lowest)
     b, h, s = (torch.arange(n) for n in q.shape[:3])
     scores = score_mod(
         q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]),
@@ -327,9 +348,14 @@ def test_kernel_choice():
     # blocked: never FlexAttention; fractional positions have no distance table
     assert choose_kernel(alibi, CUDA, "blocked", flex_available=True) == "blocked"
     assert choose_kernel(alibi, CUDA, float_positions=True, flex_available=True) == "blocked"
-    # a bias that is not a function of the distance alone falls back, with its reason
+    # FIRE's bias reads the query's position: FlexAttention through its own score_mod
     for kernel in ("auto", "flex"):
-        assert choose_kernel(fire, CUDA, kernel, flex_available=True) == "blocked"
+        assert choose_kernel(fire, CUDA, kernel, flex_available=True) == "flex"
+        assert choose_kernel(fire, CUDA, kernel, True, flex_available=True) == "flex"
+    assert choose_kernel(fire, CPU, "auto", flex_available=True) == "blocked"
+    # a bias of more than the distance, with no score_mod: blocked
+    for kernel in ("auto", "flex"):
+        assert choose_kernel(QueryScaled(), CUDA, kernel, flex_available=True) == "blocked"
     with pytest.raises(ValueError, match="auto, blocked, flex"):
         choose_kernel(alibi, CPU, "fused")
     assert KERNELS == ("auto", "blocked", "flex")
@@ -350,12 +376,18 @@ def test_causal_attention_dispatches_on_the_choice(monkeypatch):
     calls = []
     monkeypatch.setattr(attention, "choose_kernel", lambda *args: "flex")
     monkeypatch.setattr(
-        attention, "flex_bias_attention", lambda q, k, v, qp, kp, fn: calls.append(fn) or q
+        attention,
+        "flex_bias_attention",
+        lambda q, k, v, qp, kp, fn, score_mod: calls.append((fn, score_mod)) or q,
     )
     q, k, v = qkv()
     enc = ALiBi(H)
     assert attention.causal_attention(q, k, v, torch.arange(S), torch.arange(S), enc) is q
-    assert calls == [enc.bias]
+    assert calls == [(enc.bias, None)]
+    fire = FIRE(H, train_length=16)
+    with torch.no_grad():  # its own score_mod, the piecewise form without a gradient
+        attention.causal_attention(q, k, v, torch.arange(S), torch.arange(S), fire)
+    assert calls[1][0] == fire.bias and callable(calls[1][1])
 
 
 def test_a_flex_failure_falls_back_to_blocked_once_and_says_why(monkeypatch):

@@ -87,7 +87,7 @@ def test_attention_kernel_does_not_change_a_run(tmp_path: Path, encoding: str, m
     flex_calls = []
     flex = attention.flex_bias_attention
     monkeypatch.setattr(
-        attention, "flex_bias_attention", lambda *a: flex_calls.append(1) or flex(*a)
+        attention, "flex_bias_attention", lambda *a, **k: flex_calls.append(1) or flex(*a, **k)
     )
     blocked = numbers(tmp_path, "blocked", f"encoding={encoding}", "model.attention_kernel=blocked")
     assert not flex_calls
