@@ -28,6 +28,11 @@ stopped at the budget and its row says that.
     python scripts/bench_extend_gpu.py --tiny                          # tiny shapes (CPU default)
     python scripts/bench_extend_gpu.py --models qwen2-0.5b --lengths 8192 --steps 3 --budget 200
 
+On a lent GPU machine, whose image lacks hydra-core, omegaconf and antlr4 (pure Python; ``make
+gpu-deps`` copies them from the venv into ``.gpu-deps/``, carried with the working tree)::
+
+    PYTHONPATH=.gpu-deps python3 scripts/bench_extend_gpu.py --out $OUT
+
 Writes ``bench_extend.csv`` and ``bench_extend.md`` (the device named) under ``--out``; exits 1 if
 a run failed or a measured peak is not within 20 % of its estimate.
 """
@@ -208,7 +213,9 @@ def skip_reason(left: float, predicted: float | None, what: str) -> str | None:
     return None
 
 
-def measure(model: Path, length: int, trained: int, timeout: float, args) -> dict[str, Any]:
+def measure(
+    model: Path, length: int, trained: int, timeout: float, args: argparse.Namespace
+) -> dict[str, Any]:
     """Runs one measurement in a fresh process, so one length's peak never leaks into another;
     ``process_s`` is that process's whole time (imports, the plan, the command)."""
     cmd = [sys.executable, __file__, "--child", *extend_words(model, length, trained, args)]
@@ -229,10 +236,12 @@ def measure(model: Path, length: int, trained: int, timeout: float, args) -> dic
     return {**json.loads(lines[-1]), "process_s": seconds}
 
 
-def row_of(name: str, length: int, trained: int, result: dict[str, Any], args) -> dict[str, Any]:
+def row_of(
+    name: str, params: int, length: int, result: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
     """The CSV row of one measurement, or of one skipped, stopped or failed."""
-    row: dict[str, Any] = {"model": name, "length": length, "trained": trained,
-                           "steps": args.steps}  # fmt: skip
+    row: dict[str, Any] = {"model": name, "params": params, "length": length,
+                           "trained": args.trained, "steps": args.steps}  # fmt: skip
     for status in ("skipped", "stopped"):
         if status in result:
             return {**row, "status": status, "note": result[status]}
@@ -240,7 +249,7 @@ def row_of(name: str, length: int, trained: int, result: dict[str, Any], args) -
         return {**row, "status": "failed", "note": result["error"]}
     ratio, text = verdict(result["estimate"], result["peak_reserved"], result["device"])
     gib = lambda b: None if b is None else round(b / GIB, 2)  # noqa: E731
-    kept = ("params", "device", "precision", "checkpointing", "estimate_parts")
+    kept = ("device", "precision", "checkpointing", "estimate_parts")
     return {**row, "status": "measured", **{k: result[k] for k in kept},
             "tokens_per_s": round(result["tokens_per_s"]),
             "s_per_step": round(result["s_per_step"], 3), "wall_s": round(result["wall_s"], 1),
@@ -293,10 +302,10 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
             if why:
                 result = {"skipped": why}
             else:
-                result = measure(directory, length, args.trained, left(), args)
+                result = measure(directory, length, args.trained, max(left(), 1.0), args)
                 if "process_s" in result:
                     pace.record("run", work, result["process_s"])
-            rows.append(row_of(name, length, args.trained, result, args))
+            rows.append(row_of(name, params, length, result, args))
             print(json.dumps(rows[-1]), flush=True)
         shutil.rmtree(directory, ignore_errors=True)
     return rows

@@ -7,6 +7,7 @@ import csv
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -57,13 +58,22 @@ def test_a_job_that_would_overrun_the_budget_is_skipped_with_the_reason(bench):
     )
 
 
+def test_a_run_past_the_budget_is_stopped_and_its_row_says_so(bench, tmp_path):
+    args = SimpleNamespace(steps=2, device="cpu", corpus_bytes=1000, workdir=tmp_path, trained=32)
+    result = bench.measure(tmp_path / "model", 64, 32, 1.0, args)  # python alone takes longer
+    assert result == {"stopped": "stopped at the time budget, after 1 s"}
+    row = bench.row_of("m", 5, 64, result, args)
+    assert (row["status"], row["note"]) == ("stopped", "stopped at the time budget, after 1 s")
+
+
 def test_markdown_table_says_why_a_row_was_not_measured(bench):
     rows = [
         {"model": "m", "status": "measured", "params": 5, "length": 8192, "tokens_per_s": 900,
          "s_per_step": 9.1, "estimate_gib": 20.0, "peak_allocated_gib": 19.0,
          "peak_reserved_gib": 21.0, "reserved_over_estimate": 1.05,
          "verdict": "within 20% (over by 5%)"},
-        {"model": "m", "status": "skipped", "length": 16384, "note": "skipped: budget"},
+        {"model": "m", "status": "skipped", "params": 5, "length": 16384,
+         "note": "skipped: budget"},
     ]  # fmt: skip
     table = bench.markdown(rows, "Device: X").splitlines()
     assert table[0] == "Device: X"
@@ -72,7 +82,7 @@ def test_markdown_table_says_why_a_row_was_not_measured(bench):
         table[4]
         == "| m | 5 | 8192 | 900 | 9.1 | 20.0 | 19.0 | 21.0 | 1.05 | within 20% (over by 5%) |"
     )
-    assert table[5] == "| m | - | 16384 | - | - | - | - | - | - | skipped: budget |"
+    assert table[5] == "| m | 5 | 16384 | - | - | - | - | - | - | skipped: budget |"
 
 
 def test_real_shapes_are_the_published_models(bench):
@@ -89,6 +99,7 @@ def test_no_budget_skips_every_row_and_still_writes_the_table(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert [(r["length"], r["status"]) for r in rows] == [("64", "skipped"), ("128", "skipped")]
     assert rows[0]["note"] == "skipped: the time budget was spent before building tiny-qwen2"
+    assert int(rows[0]["params"]) > 0  # known without building it
     table = (tmp_path / "out" / "bench_extend.md").read_text()
     assert table.startswith("Device: CPU (") and "| skipped: the time budget" in table
 
