@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -13,16 +12,14 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.scripts.script_loader import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("posx_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["posx_bench"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench")
 
 
 def test_reference_matches_posx_nope_with_the_same_weights(bench):

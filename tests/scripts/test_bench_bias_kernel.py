@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -11,15 +10,13 @@ import torch
 
 from posx.encodings.alibi import ALiBi
 from posx.kernels.bias import blocked_bias_attention
+from tests.scripts.script_loader import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_bias_kernel.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("posx_bench_bias_kernel", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_bias_kernel")
 
 
 def test_split_blocks_merged_by_log_sum_exp_equal_posx_kernel():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -11,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts.script_loader import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_eval.py"
 
 
 @pytest.fixture(scope="module")
 def bench_eval():
-    spec = importlib.util.spec_from_file_location("posx_bench_eval", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_eval")
 
 
 RESULTS = [
