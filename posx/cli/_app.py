@@ -21,6 +21,14 @@ err_console = Console(stderr=True)
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+def terminal_width() -> int | None:
+    """The width lines must fit: the terminal's, or ``COLUMNS``; None when the output goes to a
+    file or a pipe with no ``COLUMNS`` (a script reads whole lines there)."""
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console.width
+    return None
+
+
 def debug_requested(argv: list[str] | None = None) -> bool:
     """``posx --debug COMMAND ...`` (the option before the command) or ``POSX_DEBUG=1``."""
     if os.environ.get("POSX_DEBUG", "") not in ("", "0"):

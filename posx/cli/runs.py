@@ -15,6 +15,7 @@ from posx.cli._app import (
     console,
     debug_requested,
     err_console,
+    terminal_width,
 )
 from posx.cli.options import TRUST_HELP, parse_lengths, warn
 from posx.errors import ConfigError, PosxError
@@ -73,7 +74,7 @@ def runs_(
     if not found:
         console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
         return
-    sys.stdout.write("\n".join(format_runs(found)) + "\n")
+    sys.stdout.write("\n".join(format_runs(found, terminal_width())) + "\n")
 
 
 @app.command("eval", context_settings=PASS_THROUGH)

@@ -104,3 +104,57 @@ def test_report_legend_names_digit_columns_only_where_there_are_some(cli, monkey
     digits = " ".join(cli("report", "--root", str(tmp_path), "--metric", "loss").stdout.split())
     assert "a column named N digits: operands of up to N digits" in digits
     assert "L = eval length in tokens" not in digits and "16 digits" in digits
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_runs_fit_the_width_and_show_every_value(cli, monkeypatch, tree, width):
+    monkeypatch.setenv("COLUMNS", str(width))
+    monkeypatch.setattr(console, "width", width)
+    out = cli("runs", "--root", str(tree))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert _cut(out.stdout) == []
+    text = " ".join(out.stdout.split())
+    for i in range(len(LABELS)):
+        for seed in (0, 1):
+            assert f"runs/copy_{i}_s{seed}" in text
+    for label in LABELS:  # a label folds only where it is wider than a line
+        assert label in text or width < len(label) + 4, label
+    # every evaluated length, the list whole (41 characters fit a line at 60)
+    assert text.count(",".join(map(str, LENGTHS))) == 2 * (len(LABELS) - 1)
+    assert text.count("30/30") == 2 * len(LABELS)
+    # one line per run (and a header) where the table fits; else a block per run
+    wide = len(lines) == 2 * len(LABELS) + 1
+    assert wide == (width >= 200), lines[:3]
+
+
+def test_runs_piped_without_a_width_are_one_line_each(cli, monkeypatch, tree):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(console, "width", 60)
+    lines = cli("runs", "--root", str(tree)).stdout.splitlines()
+    assert len(lines) == 2 * len(LABELS) + 1 and lines[0].startswith("status")
+
+
+@pytest.fixture(scope="module")
+def claims_tree(tmp_path_factory) -> tuple[Path, Path]:
+    from tests.unit.claims.test_claims_check import CLAIMS, TEXT, write_claims
+    from tests.unit.report.report_trees import make_seed_tree
+
+    root = tmp_path_factory.mktemp("claims")
+    make_seed_tree(root / "results", TEXT, experiment="demo_claims")
+    write_claims(root / "conf", "demo_claims", CLAIMS)
+    return root / "conf", root / "results"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_check_never_cuts_a_number(cli, monkeypatch, claims_tree, width):
+    conf, results = claims_tree
+    monkeypatch.setattr(console, "width", width)
+    out = cli("--config-dir", str(conf), "check", str(results))
+    assert out.returncode == 1, out.stderr  # one claim fails
+    assert max(len(line) for line in out.stdout.splitlines()) <= width
+    assert _cut(out.stdout) == []
+    text = " ".join(out.stdout.replace("│", " ").split())
+    for measured in ("4.100 ± 0.100", "3.050 ± 0.050", "2.057 ± 0.045", "1.003 ± 0.003"):
+        assert measured in text, measured
