@@ -5,7 +5,8 @@ destinations, the text of each format, terminal tables, plot files), ``data`` (l
 metric choice), ``protocols`` (one evaluation of a run, its ``×r``), ``configs`` (config
 fingerprints, duplicates, ``--where``), ``labels`` (row labels, ``--by``, notes on differing
 settings), ``units``, ``tables`` (summary and wide tables), ``rank`` (mean reciprocal rank across
-tasks), ``export`` (rich, Markdown, LaTeX, CSV), ``html`` (one self-contained page) and ``plots``
+tasks), ``export`` (rich, Markdown, LaTeX, CSV), ``fit`` (terminal tables fitted to the width,
+numbers never cut), ``html`` (one self-contained page) and ``plots``
 (matplotlib figures).
 """
 
