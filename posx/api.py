@@ -36,7 +36,7 @@ from posx.errors import Interrupted, PosxError
 from posx.report.data import load_evals
 from posx.report.table import report
 from posx.runs import evaluate_runs, select_runs, train_and_evaluate
-from posx.runs.launch import mark_failed
+from posx.runs.job import mark_failed
 from posx.runs.overrides import eval_lengths_override
 from posx.runs.preflight import check_buildable
 from posx.saved import SavedRun

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import typer
 
-from posx.cli._app import app, console, debug_requested, err_console
+from posx.cli._app import app, console, debug_requested, err_console, settle_help
 from posx.errors import PosxError, PosxWarning
 
 __all__ = ["app", "console", "err_console", "main"]
@@ -23,6 +23,7 @@ __all__ = ["app", "console", "err_console", "main"]
 # Importing a module registers its commands; `posx --help` lists them in this order.
 for _commands in ("runs", "extend", "report", "configs"):
     importlib.import_module(f"posx.cli.{_commands}")
+settle_help(app)
 
 
 def main() -> None:

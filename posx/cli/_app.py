@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,14 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def terminal_width() -> int | None:
+    """The width lines must fit: the terminal's, or ``COLUMNS``; None when the output goes to a
+    file or a pipe with no ``COLUMNS`` (a script reads whole lines there)."""
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console.width
+    return None
 
 
 def debug_requested(argv: list[str] | None = None) -> bool:
@@ -55,3 +64,23 @@ def config_dirs(ctx: typer.Context) -> list[Path]:
     from posx.config.paths import user_config_dirs
 
     return user_config_dirs((ctx.obj or {}).get("config_dirs", []))
+
+
+def settle_help(typer_app: typer.Typer) -> None:
+    """Each command's help as the terminal should wrap it: Typer's rich help keeps the line
+    breaks of a docstring, so a paragraph broke where the source line did (mid-sentence at 80
+    columns); here every paragraph is one line, which rich wraps at the terminal's width, and
+    ``[...]`` is text, not rich markup. The command list shows the first paragraph."""
+    from rich.markup import escape
+
+    for info in [*typer_app.registered_commands, *typer_app.registered_groups]:
+        text = info.help or (info.callback.__doc__ if info.callback else None)
+        if text is None and isinstance(info, typer.models.TyperInfo) and info.typer_instance:
+            text = info.typer_instance.info.help
+        if not isinstance(text, str):
+            continue
+        paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n")]
+        info.help = escape("\n\n".join(p for p in paragraphs if p))
+        info.short_help = info.short_help or escape(paragraphs[0])
+        if isinstance(info, typer.models.TyperInfo) and info.typer_instance:
+            settle_help(info.typer_instance)

@@ -17,32 +17,77 @@ def list_(
     group: str = typer.Argument(
         None, help="encoding, task, model, train, eval, positions, logger or experiment."
     ),
+    name: str = typer.Argument(None, help="An option of GROUP: its description in full."),
 ) -> None:
-    """Show the available options of each config group with their descriptions; your own
-    (from --config-dir or POSX_CONFIG_PATH) are marked with their directory."""
-    from rich.markup import escape
-    from rich.table import Table
+    """Show the options of each config group, one line each; your own (from --config-dir or
+    POSX_CONFIG_PATH) are marked with their directory.
 
-    from posx.config.paths import CONFIG_DIR, GROUPS, describe_option, options
+    `posx list GROUP NAME` shows one option's description in full, e.g.
+    `posx list experiment arithmetic`.
+    """
+    from posx.config.paths import GROUPS, options
 
     if group is not None and group not in GROUPS:  # "encodings" means "encoding"
         group = group.rstrip("s") if group.rstrip("s") in GROUPS else group
     if group is not None and group not in GROUPS:
         raise ConfigError(f"unknown group {group!r}; choose from: {', '.join(GROUPS)}")
     dirs = config_dirs(ctx)
+    if name is not None:
+        if name not in options(group, dirs):
+            found = ", ".join(sorted(options(group, dirs)))
+            raise ConfigError(f"{group} has no option {name!r}; choose from: {found}")
+        _show_option(group, name, dirs)
+        return
     for g in [group] if group else GROUPS:
-        table = Table(title=f"{g} (choose with {g}=NAME)", title_justify="left", show_header=False)
-        table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
-        if dirs:
-            table.add_column(style="magenta", overflow="fold")
-        for name, path in sorted(options(g, dirs).items()):
-            row = [name, escape(describe_option(g, name, dirs))]
-            if dirs:  # where a user's option comes from; built-in ones say so
-                builtin = path.is_relative_to(CONFIG_DIR)
-                row.append("[dim]posx[/]" if builtin else escape(str(path.parent.parent)))
-            table.add_row(*row)
-        console.print(table)
+        _list_group(g, dirs)
+    console.print("one option in full: posx list GROUP NAME", style="dim", markup=False,
+                  highlight=False, soft_wrap=True)  # fmt: skip
+
+
+def _list_group(group: str, dirs: list[Path]) -> None:
+    """One line per option of ``group``: its name, its description cut to the terminal's width
+    (``…`` where cut) and, with the user's config dirs, where it comes from."""
+    from rich.text import Text
+
+    from posx.config.paths import CONFIG_DIR, describe_option, options
+
+    found = sorted(options(group, dirs).items())
+    console.print(f"{group} (choose with {group}=NAME)", style="bold", markup=False,
+                  highlight=False)  # fmt: skip
+    width = max(len(n) for n, _ in found)
+    for name, path in found:
+        source = ""
+        if dirs:  # where a user's option comes from; built-in ones say so
+            source = "posx" if path.is_relative_to(CONFIG_DIR) else str(path.parent.parent)
+        room = console.width - width - 4 - (len(source) + 2 if source else 0)
+        line = Text("  ")
+        line.append(name.ljust(width), style="bold cyan")
+        line.append("  " + fit(describe_option(group, name, dirs), room))
+        if source:
+            line.append("  " + source, style="magenta")
+        console.print(line, soft_wrap=True, highlight=False)
+
+
+def fit(text: str, room: int) -> str:
+    """``text`` when it fits in ``room`` characters, else its words that fit and ``…``."""
+    if len(text) <= room:
+        return text
+    cut = text[: max(room - 1, 0)]
+    if " " in cut and not text[len(cut)].isspace():
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def _show_option(group: str, name: str, dirs: list[Path]) -> None:
+    """``posx list GROUP NAME``: the option's description as its yaml writes it, and where the
+    yaml is."""
+    from posx.config.paths import option_comment, options
+
+    console.print(f"{group}={name}", style="bold cyan", markup=False, highlight=False)
+    console.print(str(options(group, dirs)[name]), style="dim", markup=False, highlight=False,
+                  soft_wrap=True)  # fmt: skip
+    for line in option_comment(group, name, dirs):
+        console.print(line, markup=False, highlight=False)
 
 
 @app.command("show-config", context_settings=PASS_THROUGH)

@@ -246,9 +246,10 @@ def check(
         "note, by default).",
     ),
 ) -> None:
-    """Check each preset's claims (configs/claims/NAME.yaml) against its runs under ROOT:
-    ✓ holds, ✗ fails or ? inconclusive, with the measured values, seeds and seed agreement.
-    Exit status: 0 every claim holds, 1 some claim fails, 3 none fails but some are
+    """Check each preset's claims (configs/claims/NAME.yaml) against its runs under ROOT.
+
+    Each claim: ✓ holds, ✗ fails or ? inconclusive, with the measured values, seeds and seed
+    agreement. Exit status: 0 every claim holds, 1 some claim fails, 3 none fails but some are
     inconclusive (2: bad input)."""
     from posx.claims.find import check_root
     from posx.claims.render import claims_json, claims_section, to_markdown, to_rich

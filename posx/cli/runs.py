@@ -15,6 +15,7 @@ from posx.cli._app import (
     console,
     debug_requested,
     err_console,
+    terminal_width,
 )
 from posx.cli.options import TRUST_HELP, parse_lengths, warn
 from posx.errors import ConfigError, PosxError
@@ -78,7 +79,7 @@ def runs_(
     if not found:
         console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
         return
-    sys.stdout.write("\n".join(format_runs(found)) + "\n")
+    sys.stdout.write("\n".join(format_runs(found, terminal_width())) + "\n")
 
 
 @app.command("eval", context_settings=PASS_THROUGH)
@@ -176,12 +177,13 @@ def eval_(
             "--device-map apply to pretrained models (posx eval hf:NAME_OR_DIR); a posx run is "
             "scaled with encoding.scaling.* overrides"
         )
+    named, asked, overrides = _eval_inputs(ctx, runs, lengths, (mode, window, stride, buckets))
+    # torch comes with evaluating: a mistyped option or run is answered before it is imported
     from posx.config.trust import trusted_prefixes
     from posx.runs import evaluate_runs, select_runs
     from posx.runs.evaluation import failures
     from posx.runs.resources import parse_size
 
-    named, asked, overrides = _eval_inputs(ctx, runs, lengths, (mode, window, stride, buckets))
     limit = parse_size(max_memory, "--max-memory")
     trusted = trusted_prefixes(trust, config_dirs(ctx))
     chosen = select_runs(named, root, overrides, trusted)
@@ -221,8 +223,7 @@ def _eval_inputs(
         ConfigError: A word that is not a run (a results root, a sweep, a checkpoint folder,
             an option, ``hf:NAME``) or an override that cannot apply, said as what it is.
     """
-    from posx.runs.evaluation import protocol_overrides
-    from posx.runs.overrides import eval_lengths_override
+    from posx.runs.overrides import eval_lengths_override, protocol_overrides
     from posx.runs.targets import explain_run_argument
 
     overrides = protocol_overrides(*protocol)

@@ -7,17 +7,17 @@ import inspect
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from posx.encodings.base import PositionalEncoding
 from posx.errors import ConfigError, PosxError
-from posx.model.transformer import TransformerLM
-from posx.positions import PositionStrategy
-from posx.tasks.base import Task
+
+if TYPE_CHECKING:  # torch's classes, imported where an object is built: configs alone need none
+    from posx.encodings.base import PositionalEncoding
+    from posx.model.transformer import TransformerLM
+    from posx.positions import PositionStrategy
+    from posx.tasks.base import Task
 
 TOKENIZER_CACHE = ".tokenizer_cache"
 
@@ -122,6 +122,9 @@ def check_types(node: DictConfig, what: str, target: Any) -> None:
 
 
 def _instantiate(node: DictConfig, what: str, **kwargs: Any) -> Any:
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
     check_arguments(node, what)
     try:
         return instantiate(node, **kwargs)
@@ -151,6 +154,8 @@ def build_task(cfg: DictConfig, root: Path | None = None) -> Task:
     """Instantiates ``cfg.task``. A task that takes ``cache_dir`` (text: trained tokenizers)
     gets ``<root>/.tokenizer_cache`` unless its config sets one; ``root`` defaults to
     ``cfg.root``, the results root."""
+    from posx.tasks.base import Task
+
     check_arguments(cfg.task, "task")
     takes_cache = "cache_dir" in inspect.signature(locate(cfg.task._target_)).parameters
     extra = {}
@@ -183,6 +188,8 @@ def build_encoding(cfg: DictConfig) -> PositionalEncoding:
     Only the arguments the constructor names are passed, so an encoding declares its needs
     (``head_dim``, ``n_heads``, ...) by its signature, and the yaml carries the rest.
     """
+    from posx.encodings.base import PositionalEncoding
+
     needed = [] if cfg.encoding.get("_partial_") else dims_needed(cfg.encoding, model_dims(cfg))
     if needed:
         raise ConfigError(
@@ -227,6 +234,8 @@ def build_model(cfg: DictConfig, vocab_size: int) -> TransformerLM:
         ConfigError: The encoding cannot be built, or the model's settings are inconsistent
             (``d_model`` not divisible by ``n_heads``, an unknown attention kernel).
     """
+    from posx.model.transformer import TransformerLM
+
     m = OmegaConf.to_container(cfg.model, resolve=True)
     assert isinstance(m, dict)
     try:
@@ -238,6 +247,8 @@ def build_model(cfg: DictConfig, vocab_size: int) -> TransformerLM:
 def build_positions(cfg: DictConfig) -> PositionStrategy:
     """The run's training-time position strategy (``default`` when the config has none, as in
     runs made before the ``positions`` group existed)."""
+    from posx.positions import PositionStrategy
+
     node = cfg.get("positions")
     if node is None:
         return PositionStrategy()

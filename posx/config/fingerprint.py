@@ -23,10 +23,10 @@ import contextlib
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -44,6 +44,8 @@ DATA = "data"
 # What identifies the data in run.json's `task_info` (text tasks record them): the corpus's
 # checksum and sizes (train + validation bytes), and a BPE tokenizer's hash.
 DATA_KEYS = ("corpus_crc32", "corpus_bytes", "val_bytes", "tokenizer_sha256")
+# A device `auto` precision can resolve on (what torch.device accepts of train.device's values).
+DEVICE_NAME = re.compile(r"cpu|mps|cuda(:\d+)?")
 # Where run.json records what each config node's `precision` resolved to.
 RECORDED_PRECISION = {"train": "train_precision", "eval": "eval_precision"}
 
@@ -154,10 +156,9 @@ def _known_precision(flat: Mapping[str, Scalar]) -> Scalar:
     precision, device = flat.get("train.precision"), flat.get("train.device")
     if precision != "auto" or not isinstance(device, str) or device == "auto":
         return precision
-    try:
-        return precision_name("auto", torch.device(device))
-    except (RuntimeError, ValueError):  # not a device name: validation says so, not this
+    if not DEVICE_NAME.fullmatch(device):  # not a device name: validation says so, not this
         return precision
+    return precision_name("auto", device)
 
 
 def identity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Scalar]:

@@ -175,13 +175,20 @@ def choices(group: str, dirs: Sequence[Path] | None = None) -> list[str]:
     return sorted(options(group, user_config_dirs() if dirs is None else dirs))
 
 
-def describe_option(group: str, name: str, dirs: Sequence[Path] | None = None) -> str:
-    """The option's description: its yaml's leading ``#`` comment lines."""
+def option_comment(group: str, name: str, dirs: Sequence[Path] | None = None) -> list[str]:
+    """The option's yaml's leading ``#`` comment, line by line, without the ``# `` (what
+    ``posx list GROUP NAME`` shows: its paragraphs and lists as written)."""
     path = options(group, user_config_dirs() if dirs is None else dirs)[name]
     lines = []
     for line in path.read_text().splitlines():
         if not line.startswith("#"):
             break
         if not line.startswith("# @package"):
-            lines.append(line.lstrip("# ").strip())
-    return " ".join(x for x in lines if x)
+            text = line[1:]
+            lines.append((text[1:] if text.startswith(" ") else text).rstrip())
+    return lines
+
+
+def describe_option(group: str, name: str, dirs: Sequence[Path] | None = None) -> str:
+    """The option's description: its yaml's leading ``#`` comment lines, as one line."""
+    return " ".join(x.strip() for x in option_comment(group, name, dirs) if x.strip())

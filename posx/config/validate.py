@@ -13,8 +13,7 @@ from posx.config.hints import key_hint
 from posx.config.run_names import LABEL_RE
 from posx.config.schema import TYPED_NODES, PosxConfig
 from posx.errors import ConfigError
-from posx.model.attention import check_kernel
-from posx.model.transformer import head_dim
+from posx.model.rules import check_kernel, head_dim
 from posx.runtime.precision import PRECISIONS
 
 INT64_MAX = 2**63 - 1

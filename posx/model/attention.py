@@ -34,26 +34,9 @@ from posx.kernels.flex import (
     remember_flex_failure,
 )
 from posx.kernels.memo import PositionMemo
+from posx.model.rules import KERNELS, check_kernel
 
-#: Values of ``attention_kernel``: which kernel a bias encoding gets (others are fixed).
-KERNELS = ("auto", "blocked", "flex")
-
-
-def check_kernel(kernel: str, prefix: str = "") -> str:
-    """``kernel`` when it is one of :data:`KERNELS`; the one home of that rule.
-
-    Args:
-        kernel: An ``attention_kernel`` value.
-        prefix: Put before the setting's name in the message (``"model."`` for the config).
-
-    Raises:
-        ValueError: ``attention_kernel must be one of auto, blocked, flex, got 'x'``.
-    """
-    if kernel not in KERNELS:
-        raise ValueError(
-            f"{prefix}attention_kernel must be one of {', '.join(KERNELS)}, got {kernel!r}"
-        )
-    return kernel
+__all__ = ["KERNELS", "causal_attention", "check_kernel", "choose_kernel"]
 
 
 def choose_kernel(

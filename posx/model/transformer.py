@@ -14,26 +14,8 @@ from torch import Tensor, nn
 
 from posx.encodings.base import PositionalEncoding
 from posx.kernels.memo import forward_scope
-from posx.model.attention import causal_attention, check_kernel
-
-
-def head_dim(d_model: int, n_heads: int, prefix: str = "") -> int:
-    """The width of one attention head; the one home of the rule that ``n_heads`` divides
-    ``d_model``.
-
-    Args:
-        d_model: Residual width.
-        n_heads: Attention heads.
-        prefix: Put before the settings' names in the message (``"model."`` for the config).
-
-    Raises:
-        ValueError: ``d_model (30) must be divisible by n_heads (4)``.
-    """
-    if d_model % n_heads:
-        raise ValueError(
-            f"{prefix}d_model ({d_model}) must be divisible by {prefix}n_heads ({n_heads})"
-        )
-    return d_model // n_heads
+from posx.model.attention import causal_attention
+from posx.model.rules import check_kernel, head_dim
 
 
 class SelfAttention(nn.Module):

@@ -5,36 +5,65 @@ destinations, the text of each format, terminal tables, plot files), ``data`` (l
 metric choice), ``protocols`` (one evaluation of a run, its ``×r``), ``configs`` (config
 fingerprints, duplicates, ``--where``), ``labels`` (row labels, ``--by``, notes on differing
 settings), ``units``, ``tables`` (summary and wide tables), ``rank`` (mean reciprocal rank across
-tasks), ``export`` (rich, Markdown, LaTeX, CSV), ``html`` (one self-contained page) and ``plots``
+tasks), ``export`` (rich, Markdown, LaTeX, CSV), ``fit`` (terminal tables fitted to the width,
+numbers never cut), ``html`` (one self-contained page) and ``plots``
 (matplotlib figures).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
-from posx.report.build import Report, make_report
-from posx.report.data import metric_by_task
-from posx.report.export import to_csv, to_latex, to_markdown, to_rich
-from posx.report.output import (
-    FORMATS,
-    SUFFIXES,
-    check_destinations,
-    export_text,
-    output_format,
-    render,
-    report_figures,
-    report_plots,
-    rich_renderables,
-    shows_tables,
-    write_report_plots,
-)
-from posx.report.table import report
-from posx.report.tables import Section, pivot, summarize
+    from posx.report.build import Report, make_report
+    from posx.report.data import metric_by_task
+    from posx.report.export import to_csv, to_latex, to_markdown, to_rich
+    from posx.report.output import (
+        FORMATS,
+        SUFFIXES,
+        check_destinations,
+        export_text,
+        output_format,
+        render,
+        report_figures,
+        report_plots,
+        rich_renderables,
+        shows_tables,
+        write_report_plots,
+    )
+    from posx.report.table import report
+    from posx.report.tables import Section, pivot, summarize
+
+# Where each name lives: imported on first use, so that a module of this package that needs no
+# pandas (``units``: what ``posx train`` prints) is read without it.
+_HOMES = {
+    **dict.fromkeys(("Report", "make_report"), "build"),
+    "metric_by_task": "data",
+    **dict.fromkeys(("to_csv", "to_latex", "to_markdown", "to_rich"), "export"),
+    **dict.fromkeys(
+        (
+            "FORMATS",
+            "SUFFIXES",
+            "check_destinations",
+            "export_text",
+            "output_format",
+            "render",
+            "report_figures",
+            "report_plots",
+            "rich_renderables",
+            "shows_tables",
+            "write_report_plots",
+        ),
+        "output",
+    ),
+    "report": "table",
+    **dict.fromkeys(("Section", "pivot", "summarize"), "tables"),
+}
 
 __all__ = [
     "FORMATS",
@@ -68,7 +97,16 @@ class _CallablePackage(types.ModuleType):
     name to it."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        from posx.report.table import report
+
         return report(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """``posx.report.NAME`` from its module, imported on first use."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"posx.report.{_HOMES[name]}"), name)
 
 
 sys.modules[__name__].__class__ = _CallablePackage

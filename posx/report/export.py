@@ -10,27 +10,28 @@ settings its rows differ in beyond what the table groups by.
 from __future__ import annotations
 
 import pandas as pd
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from posx.report.chance import NOT_LEARNED
+from posx.report.fit import Column, FittedTable
 from posx.report.tables import (
+    SEQUENCE_UNITS,
     Section,
     WideTable,
     cell_parts,
     length_header,
+    length_unit,
     row_label,
     tex_length,
     title,
 )
 
-LEGEND = (
-    "mean ± std over seeds in the unit of the table's title (n = distinct seeds); L = eval "
-    "length in the tokens or bytes the title names (a column named N digits: operands of up "
-    "to N digits); ×r = the "
-    "cell's value over the same run's value at its training length (same metric, 1.00 = "
-    "unchanged); best per column in bold"
+# The legend's parts; the lengths' part names only the units the tables have.
+LEGEND_CELLS = "mean ± std over seeds in the unit of the table's title (n = distinct seeds)"
+LEGEND_DIGITS = "a column named N digits: operands of up to N digits"
+LEGEND_RATIO = (
+    "×r = the cell's value over the same run's value at its training length (same metric, "
+    "1.00 = unchanged); best per column in bold"
 )
 UNLEARNED_NOTE = (
     "not learned = below --learned at its own training length (exact match above chance, or "
@@ -39,9 +40,22 @@ UNLEARNED_NOTE = (
 
 
 def legend(tables: list[WideTable]) -> str:
-    """The legend under the tables; it explains ``not learned`` where a row is marked so."""
-    marked = any(t.not_learned for t in tables)
-    return f"{LEGEND}; {UNLEARNED_NOTE}" if marked else LEGEND
+    """The legend under the tables: how to read a cell, what the length columns count (only the
+    units these tables have: no word on digit columns under tables in tokens), and ``not
+    learned`` where a row is marked so."""
+    units = {length_unit(t.meta) for t in tables}
+    parts = [LEGEND_CELLS]
+    sequence = [u for u in SEQUENCE_UNITS if u in units] or ([] if units else ["tokens"])
+    if sequence:  # L=64 counts tokens or bytes: each table's title says which
+        which = " (as its table's title says)" if len(sequence) > 1 else ""
+        parts.append(f"L = eval length in {' or '.join(sequence)}{which}")
+    parts += [LEGEND_DIGITS] if "digits" in units else []
+    other = sorted(units - {*SEQUENCE_UNITS, "digits"})
+    parts += [f"a column named N {u}: eval length in {u}" for u in other]
+    parts.append(LEGEND_RATIO)
+    if any(t.not_learned for t in tables):
+        parts.append(UNLEARNED_NOTE)
+    return "; ".join(parts)
 
 
 def rank_title(which: str) -> str:
@@ -81,9 +95,10 @@ def to_rich(
     which: str = "ood",
     digits: int = 3,
     ratio: bool = True,
-) -> list[Table | Group | Text]:
-    """Rich renderables: one table per scenario (notes as its caption), then the ranking."""
-    out: list[Table | Group | Text] = []
+) -> list[FittedTable | Text]:
+    """Rich renderables: one table per scenario (notes as its caption), then the ranking; each
+    fits the width it is printed at."""
+    out: list[FittedTable | Text] = []
     for t in tables:
         # The title goes above as its own line: a table title would wrap to the table's width.
         out += [Text(title(t.meta), style="bold"), _rich_table(t, digits, ratio)]
@@ -94,24 +109,29 @@ def to_rich(
     return out
 
 
-def _rich_table(t: WideTable, digits: int, ratio: bool) -> Table:
-    """One scenario's table; its notes and remarks are the caption."""
+def _rich_table(t: WideTable, digits: int, ratio: bool) -> FittedTable:
+    """One scenario's table, fitted to the terminal (numbers never cut: the lengths split into
+    groups where they do not fit); its notes and remarks are the caption."""
     lines = [f"[{i}] {note}" for i, note in enumerate(t.notes, 1)]
     caption = "\n".join([*lines, *(f"note: {r}" for r in t.remarks)]) or None
-    table = Table(caption=caption, caption_justify="left")
-    table.add_column("encoding", style="bold", no_wrap=True)  # labels are short
-    table.add_column("n", justify="right")
-    for length in t.lengths:
-        table.add_column(length_header(t.meta, length), justify="right")
+    labels = []
     for row in t.rows:
         label = Text(row)
-        if row in t.not_learned:  # on its own line: the label column never wraps
+        if row in t.not_learned:  # on its own line
             label.append(f"\n{NOT_LEARNED}", style="italic")
-        cells = [_rich_cell(t, row, length, digits, ratio) for length in t.lengths]
-        table.add_row(
-            label, Text(str(t.n[row])), *cells, style="dim" if row in t.not_learned else None
-        )
-    return table
+        labels.append(label)
+    values = [
+        Column(length_header(t.meta, length),
+               [_rich_cell(t, row, length, digits, ratio) for row in t.rows])
+        for length in t.lengths
+    ]  # fmt: skip
+    return FittedTable(
+        label=Column("encoding", labels, justify="left"),
+        fixed=[Column("n", [Text(str(t.n[row])) for row in t.rows])],
+        values=values,
+        caption=caption,
+        row_styles=["dim" if row in t.not_learned else None for row in t.rows],
+    )
 
 
 def _rich_cell(t: WideTable, row: str, length: int, digits: int, ratio: bool) -> Text:
@@ -129,15 +149,13 @@ def _rich_cell(t: WideTable, row: str, length: int, digits: int, ratio: bool) ->
     return text
 
 
-def _rich_rank(rank: pd.DataFrame) -> Table:
-    """The ranking table: the encoding column left-aligned and bold, the numbers right."""
+def _rich_rank(rank: pd.DataFrame) -> FittedTable:
+    """The ranking table: the encoding column left-aligned and bold, the numbers right, the
+    tasks' columns in groups where they do not fit."""
     header, rows = _rank_cells(rank)
-    table = Table()
-    for i, name in enumerate(header):
-        table.add_column(name, justify="left" if i == 0 else "right", style="bold" if not i else "")
-    for cells in rows:
-        table.add_row(*(Text(c) for c in cells))
-    return table
+    columns = [Column(name, [Text(cells[i]) for cells in rows]) for i, name in enumerate(header)]
+    columns[0].justify = "left"
+    return FittedTable(label=columns[0], fixed=columns[1:3], values=columns[3:])
 
 
 # --- Markdown ----------------------------------------------------------------------------------

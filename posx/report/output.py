@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from posx.errors import ConfigError
 from posx.report.build import Report
 from posx.report.export import section_markdown, to_csv, to_latex, to_markdown, to_rich
+from posx.report.fit import FittedTable
 from posx.report.html import to_html
 from posx.report.plot_set import Plots, figures
 from posx.report.plots import Figures, write_plots
@@ -167,8 +166,8 @@ def _html(report: Report, base: Path | None) -> str:
     )
 
 
-def rich_renderables(report: Report) -> list[Table | Group | Text]:
-    """Terminal tables (rich) for the report."""
+def rich_renderables(report: Report) -> list[FittedTable | Text]:
+    """Terminal tables (rich) for the report, each fitted to the width it is printed at."""
     return to_rich(report.tables, report.rank, report.rank_lengths, report.digits, report.ratio)
 
 

@@ -36,6 +36,7 @@ from posx.runs.launch import run_train
 from posx.runs.preflight import check_buildable, override_combinations, split_args
 from posx.runs.shapes import check_shapes
 from posx.saved import SavedRun
+from posx.saved.process import training_process
 from posx.storage.results import find_runs
 
 # What `posx extend` sets itself (the user's choice among them: extend.resize).
@@ -83,6 +84,8 @@ def _parent_config(run: SavedRun, dirs: list[Path], trust: Sequence[str]) -> tup
     checkpoint; every ``_target_`` posx's own or trusted)."""
     run.require_overrides()
     info = run.info
+    if info.get("status") == "training":
+        raise ConfigError(_still_training(run))
     if info.get("status") != "trained":
         raise ConfigError(
             f"{run.path} is {info.get('status') or 'not trained'}, not trained to its last step: "
@@ -94,6 +97,21 @@ def _parent_config(run: SavedRun, dirs: list[Path], trust: Sequence[str]) -> tup
     # the parent's own (fresh-run) bookkeeping is not the extension's
     own = ("invocation=", "train.resume=", "label=")  # label: the parent's, in parent_label
     return [o for o in overrides if not o.startswith(own)], cfg
+
+
+def _still_training(run: SavedRun) -> str:
+    """Why a run whose ``run.json`` says ``training`` is no parent yet: its process is still
+    training it (wait, or stop it), or it stopped without a word (finish it first)."""
+    who = training_process(run.info)
+    if who is None:
+        return (
+            f"{run.path} stopped while training (its process is gone): finish it with "
+            f"`posx resume {run.path}`, then extend it"
+        )
+    return (
+        f"{run.path} is still training ({who}): wait for it to finish, or stop it first "
+        "(Ctrl-C where it runs), then extend it"
+    )
 
 
 def check_parent(run: SavedRun | Path, dirs: list[Path], trust: Sequence[str]) -> dict[str, Any]:

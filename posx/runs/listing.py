@@ -7,13 +7,12 @@ running now, or killed without a trace), ``interrupted`` (resumable), ``failed``
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from posx.saved import SavedRun
 from posx.storage.results import find_runs
@@ -45,21 +44,50 @@ class RunLine:
                 self.seed, self.final_loss, self.lengths, self.parent, self.path]  # fmt: skip
 
 
-def _metrics_tail(run: Path) -> dict[str, Any]:
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a small CSV file as text (without pandas: ``posx runs`` answers at once).
+
+    Raises:
+        ValueError: The file cannot be read as a table (bytes that are not text, a row with more
+            fields than the header).
+        OSError: It cannot be opened.
+    """
     try:
-        frame = pd.read_csv(run / "metrics.csv")
-        return frame.iloc[-1].to_dict() if len(frame) else {}
-    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except csv.Error as err:
+        raise ValueError(str(err)) from err
+    if any(None in row for row in rows):  # more fields than the header names
+        raise ValueError(f"{path}: a row has more fields than the header")
+    return rows
+
+
+def _metrics_tail(run: Path) -> dict[str, Any]:
+    """The last row of the run's ``metrics.csv`` (numbers as numbers); {} when unreadable."""
+    try:
+        rows = _csv_rows(run / "metrics.csv")
+    except (OSError, ValueError):
         return {}
+    return {k: _parse(v) for k, v in rows[-1].items()} if rows else {}
+
+
+def _parse(text: str) -> int | float | str:
+    """A CSV cell as pandas reads it: an integer, a float (``2.0`` stays one), else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _lengths(run: Path) -> list[int] | None:
     """The eval lengths with a value (status ok); None when ``eval.csv`` cannot be read."""
     try:
-        rows = pd.read_csv(run / "eval.csv", keep_default_na=False, na_values=[""])
-        ok = rows[rows["status"].astype(str) == "ok"] if "status" in rows else rows
-        return sorted({int(x) for x in ok["eval_length"]})
-    except (OSError, ValueError, KeyError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        rows = _csv_rows(run / "eval.csv")
+        ok = [r for r in rows if r.get("status", "ok") == "ok"]
+        return sorted({int(float(r["eval_length"])) for r in ok})
+    except (OSError, ValueError, KeyError):
         return None
 
 
@@ -164,14 +192,63 @@ def list_runs(root: Path) -> list[RunLine]:
     return [run_line(SavedRun(run), root) for run in find_runs(root)]
 
 
-def format_runs(lines: list[RunLine]) -> list[str]:
-    """Aligned text lines: a header, then one line per run (never wrapped)."""
+def format_runs(lines: list[RunLine], width: int | None = None) -> list[str]:
+    """Aligned text lines, a header then one line per run, when they fit in ``width`` (or
+    ``width`` is None: no terminal, e.g. piped to a file); narrower, one block per run: its
+    directory, then its fields named, wrapped between fields (a value is never cut)."""
     table = [list(COLUMNS), *(line.cells() for line in lines)]
     widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS) - 1)]
-    return [
+    rows = [
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
         for row in table
     ]
+    if width is None or max(len(r) for r in rows) <= width:
+        return rows
+    return [text for line in lines for text in _block(line, width)]
+
+
+# The fields of a run's block, named as the table's header names them (status and the label
+# go unnamed, first).
+_NAMED = ("task", "model", "L_train", "steps", "seed", "final loss", "eval lengths", "parent")
+
+
+def _block(line: RunLine, width: int) -> list[str]:
+    """One run on a narrow terminal: its directory, then ``status · encoding · task tiny · ...``
+    wrapped between fields (a field wider than the line, between its commas or characters)."""
+    cells = dict(zip(COLUMNS, line.cells(), strict=True))
+    fields = [cells["status"], cells["encoding"]]
+    fields += [f"{k} {cells[k]}" for k in _NAMED if not (k == "parent" and cells[k] == "—")]
+    out = _fold(cells["run"], width)
+    current = ""
+    for field_ in fields:
+        for piece in _pieces(field_, width - 2):
+            joined = f"{current} · {piece}" if current else piece
+            if current and len(joined) + 2 > width:
+                out.append("  " + current)
+                joined = piece
+            current = joined
+    return [*out, "  " + current]
+
+
+def _pieces(text: str, room: int) -> list[str]:
+    """``text`` as pieces of at most ``room`` characters, cut after its commas where it has
+    them (a list of lengths), else anywhere (a label with no commas)."""
+    if len(text) <= room:
+        return [text]
+    pieces, current = [], ""
+    for part in text.replace(",", ",\0").split("\0"):
+        if current and len(current) + len(part) > room:
+            pieces.append(current)
+            current = ""
+        current += part
+    pieces.append(current)
+    return [chunk for piece in pieces for chunk in _fold(piece, room)]
+
+
+def _fold(text: str, room: int) -> list[str]:
+    """``text`` in lines of ``room`` characters (a directory or label wider than the line)."""
+    room = max(room, 1)
+    return [text[i : i + room] for i in range(0, len(text), room)] or [""]
 
 
 def runs_json(lines: list[RunLine]) -> str:

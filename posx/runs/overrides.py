@@ -167,3 +167,20 @@ def one_config_overrides(
                 f"outside brackets): a list is written in brackets, {key}=[{values}]"
             )
     return list(args)
+
+
+def protocol_overrides(
+    mode: str | None,
+    window: int | None,
+    stride: int | None,
+    buckets: str | None,
+) -> list[str]:
+    """The ``eval.*`` overrides that ``--mode``, ``--window``, ``--stride``, ``--buckets`` stand
+    for (only those given)."""
+    if mode is not None and mode not in ("full", "sliding"):
+        raise ConfigError(f"--mode must be full or sliding, got {mode!r}")
+    if mode == "full" and (window is not None or stride is not None):
+        raise ConfigError("--window and --stride apply to --mode sliding only")
+    protocol = {"eval.mode": mode, "eval.window": window, "eval.stride": stride}
+    protocol["eval.buckets"] = buckets
+    return [f"{k}={v}" for k, v in protocol.items() if v is not None]

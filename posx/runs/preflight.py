@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig
@@ -18,22 +18,15 @@ from posx.config.hints import ListValueError
 from posx.config.paths import user_config_dirs
 from posx.config.trust import check_trusted
 from posx.config.validate import validate
-from posx.encodings.base import PositionalEncoding
 from posx.errors import ConfigError, PosxError
-from posx.positions import PositionStrategy
 from posx.runs.overrides import list_sweep, parse_overrides, unknown_flag
-from posx.runs.resources import (
-    ModelShape,
-    check_eval_fits,
-    check_fits,
-    model_for_estimates,
-    parse_size,
-    train_step_bytes,
-)
-from posx.runtime.distributed import pick_device
 from posx.storage.results import check_writable
-from posx.tasks.base import Task
 from posx.tracking import check_loggers
+
+if TYPE_CHECKING:  # torch comes with building: a mistyped override is refused before that
+    from posx.encodings.base import PositionalEncoding
+    from posx.positions import PositionStrategy
+    from posx.tasks.base import Task
 
 # Hydra's command-line flags that take a value (``-m``/``--multirun`` and friends take none).
 # Hydra has no public API for its argument parser, so this mirrors ``hydra --help``.
@@ -194,6 +187,8 @@ def _check_config(cfg: DictConfig, build: bool, trust: Sequence[str] | None) -> 
 def check_buildable(cfg: DictConfig) -> None:
     """Builds the task, model and position strategy of a validated config and draws one tiny
     batch, so that what cannot train fails before any run directory exists."""
+    import torch
+
     check_writable(Path(cfg.root))
     task = build_task(cfg)
     check_memory(cfg, task.vocab_size)  # before anything sized by the config exists
@@ -232,6 +227,16 @@ def check_memory(cfg: DictConfig, vocab_size: int) -> None:
     """Refuses a training step, or an evaluation at the end of training, that cannot fit in
     ``train.max_memory`` (or the memory available), from the model's shape on the ``meta``
     device: nothing is allocated."""
+    from posx.runs.resources import (
+        ModelShape,
+        check_eval_fits,
+        check_fits,
+        model_for_estimates,
+        parse_size,
+        train_step_bytes,
+    )
+    from posx.runtime.distributed import pick_device
+
     try:
         device = pick_device(cfg.train.device)
     except PosxError:  # e.g. no CUDA: the job itself reports it

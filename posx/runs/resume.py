@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from posx.config.paths import user_config_dirs
+from posx.errors import ConfigError
 from posx.runs.launch import run_train
 from posx.saved import SavedRun
+from posx.saved.process import running_here
 from posx.storage.results import check_writable
 
 
@@ -33,6 +35,12 @@ def run_resume(
         PosxError: Damaged run files, or a config that does not match the checkpoint.
     """
     run = SavedRun.of(run)
+    pid = running_here(run.recorded)
+    if pid is not None:
+        raise ConfigError(
+            f"{run.path} is still training (process {pid} on this machine): wait for it to "
+            "finish, or stop it first; a second process would train the same run"
+        )
     overrides = run.overrides
     run.verify_checkpoint(resume=True)  # damage fails here, before run.json is touched
     # The run's files are checked before anything else, a finished run's too: they are

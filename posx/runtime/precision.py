@@ -9,17 +9,16 @@ takes also runs on the CPU when asked (slowly: what tests want). fp16 needs a gr
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the names resolve without torch: run records and reports read them
+    import torch
 
 #: Values of ``train.precision`` and ``eval.precision``.
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
-_DTYPES: dict[str, torch.dtype | None] = {
-    "fp32": None,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
+# torch's dtype of each precision by name (None: plain float32)
+_DTYPES: dict[str, str | None] = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 
 
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
@@ -32,18 +31,29 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     Raises:
         ValueError: An unknown precision.
     """
+    import torch
+
+    name = _DTYPES[precision_name(precision, device)]
+    return None if name is None else getattr(torch, name)
+
+
+def precision_name(precision: str, device: torch.device | str) -> str:
+    """What ``precision`` resolves to on ``device``: ``fp32``, ``bf16`` or ``fp16`` (for the
+    records, where ``auto`` would not say what ran).
+
+    Args:
+        precision: One of :data:`PRECISIONS`.
+        device: Where the model runs: a ``torch.device`` or its name (``cuda:1``, ``cpu``).
+
+    Raises:
+        ValueError: An unknown precision.
+    """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     if precision == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
-    return _DTYPES[precision]
-
-
-def precision_name(precision: str, device: torch.device) -> str:
-    """What ``precision`` resolves to on ``device``: ``fp32``, ``bf16`` or ``fp16`` (for the
-    records, where ``auto`` would not say what ran)."""
-    dtype = resolve_precision(precision, device)
-    return next(name for name, d in _DTYPES.items() if d == dtype)
+        kind = device if isinstance(device, str) else device.type
+        return "bf16" if kind.split(":")[0] == "cuda" else "fp32"
+    return precision
 
 
 def autocast_context(device: torch.device, precision: str) -> AbstractContextManager[None]:
@@ -53,6 +63,8 @@ def autocast_context(device: torch.device, precision: str) -> AbstractContextMan
         device: Where the model runs.
         precision: One of :data:`PRECISIONS`.
     """
+    import torch
+
     dtype = resolve_precision(precision, device)
     return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
@@ -64,5 +76,7 @@ def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
         device: Where the model runs.
         precision: One of :data:`PRECISIONS`.
     """
+    import torch
+
     enabled = resolve_precision(precision, device) == torch.float16
     return torch.amp.GradScaler(device.type, enabled=enabled)

@@ -13,9 +13,8 @@ import copy
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from posx.config.fingerprint import config_fingerprint, data_identity, with_records
@@ -33,6 +32,9 @@ from posx.storage.checkpoint import (
     verify_headers,
 )
 from posx.storage.results import check_run_info, read_run_info, results_root
+
+if TYPE_CHECKING:
+    import torch
 
 INFO = "run.json"
 CONFIG = ".hydra/config.yaml"

@@ -13,14 +13,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load as safetensors_load
-from safetensors.torch import load_file, load_model, save_file, save_model
+
+if TYPE_CHECKING:  # imported where tensors move: reading a header or trainer.json needs none
+    import torch
 
 from posx.errors import PosxError, one_line
 from posx.storage.atomic import shared_mode
@@ -48,6 +48,8 @@ def save_checkpoint(
     for stale in run_dir.glob(f".{CHECKPOINT}.*"):  # half-built by a killed writer; can be GBs
         if stale.name != f".{CHECKPOINT}.old":
             shutil.rmtree(stale, ignore_errors=True)
+    from safetensors.torch import save_file, save_model
+
     tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".checkpoint."))
     try:
         tmp.chmod(shared_mode(directory=True))  # mkdtemp makes 0700
@@ -76,6 +78,8 @@ def save_checkpoint(
 
 
 def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
+    import torch
+
     sd = optimizer.state_dict()
     tensors, scalars = {}, {}
     for pid, slots in sd["state"].items():
@@ -105,6 +109,8 @@ def _corrupt(path: Path, run_dir: Path, err: BaseException) -> PosxError:
 
 def _read_tensors(path: Path, run_dir: Path) -> dict[str, torch.Tensor]:
     """A safetensors file of the run's checkpoint; a truncated or corrupt one is a PosxError."""
+    from safetensors.torch import load_file
+
     try:
         return load_file(str(path))
     except (OSError, SafetensorError) as err:
@@ -114,8 +120,8 @@ def _read_tensors(path: Path, run_dir: Path) -> dict[str, torch.Tensor]:
 def _tensor_shapes(path: Path, run_dir: Path) -> dict[str, list[int]]:
     """Tensor shapes from a safetensors header. Reading the header also catches truncation: it
     names byte ranges past the end of a truncated file."""
-    try:
-        with safe_open(str(path), framework="pt") as f:
+    try:  # numpy: a header is read without torch (no tensor is made either way)
+        with safe_open(str(path), framework="numpy") as f:
             return {name: list(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
     except (OSError, SafetensorError) as err:
         raise _corrupt(path, run_dir, err) from err
@@ -276,6 +282,8 @@ def load_weights(
     Raises:
         PosxError: A missing, truncated or corrupt file, or one that does not fit ``model``.
     """
+    from safetensors.torch import load_model
+
     path = checkpoint_dir(run_dir)
     _check_shapes(run_dir, model, path / "model.safetensors", shapes)
     try:
@@ -298,6 +306,8 @@ def read_weights(run_dir: Path) -> tuple[dict[str, torch.Tensor], str]:
     Raises:
         PosxError: No checkpoint, or a truncated or corrupt file (naming the run).
     """
+    from safetensors.torch import load as safetensors_load
+
     path = checkpoint_dir(run_dir) / "model.safetensors"
     try:
         data = path.read_bytes()

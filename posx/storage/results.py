@@ -16,12 +16,13 @@ import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from posx.errors import ConfigError, PosxError, damaged_file, one_line
 from posx.storage.atomic import atomic_write, shared_mode
+
+if TYPE_CHECKING:  # pandas is imported where a table is read or merged, not by every command
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 CHECKPOINT = "checkpoint"
@@ -185,6 +186,8 @@ def merge_rows(
         # Every writer of `path` holds the lock, so a temporary file of it now is a dead one's.
         for stale in path.parent.glob(f".{path.name}.*.tmp"):
             stale.unlink(missing_ok=True)
+        import pandas as pd
+
         return _merge_rows(path, pd.DataFrame(list(rows)), keys, pd.DataFrame(list(replaces)))
 
 
@@ -195,6 +198,8 @@ def read_table(path: Path, keys: list[str]) -> pd.DataFrame:
     Raises:
         PosxError: One line naming the file and what is wrong.
     """
+    import pandas as pd
+
     try:
         table = pd.read_csv(path, keep_default_na=False, na_values=[""])
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
@@ -213,6 +218,8 @@ def read_table(path: Path, keys: list[str]) -> pd.DataFrame:
 def _merge_rows(
     path: Path, new: pd.DataFrame, keys: list[str], replaces: pd.DataFrame | None = None
 ) -> pd.DataFrame:
+    import pandas as pd
+
     if path.is_file():
         old = read_table(path, keys)
         key_of = lambda df: df[keys].astype("string").fillna("").agg("|".join, axis=1)  # noqa: E731

@@ -17,12 +17,12 @@ import glob
 import os
 import sysconfig
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from posx.errors import ConfigError, one_line
+
+if TYPE_CHECKING:  # torch only where a corpus becomes a tensor: `posx eval` names HF_PREFIX
+    from torch import Tensor
 
 GLOB_CHARS = set("*?[")
 HF_PREFIX = "hf:"
@@ -190,6 +190,8 @@ def _load_corpus(corpus: str, max_bytes: int, stamp: object) -> Tensor:
     )
     if not blob:
         raise ConfigError(f"corpus is empty: {corpus}")
+    import torch
+
     return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
 
 

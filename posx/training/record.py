@@ -19,6 +19,7 @@ from posx.errors import Interrupted, PosxError
 from posx.runtime.distributed import World, mean_over_ranks
 from posx.runtime.precision import precision_name
 from posx.saved import SavedRun
+from posx.saved.process import this_process
 from posx.storage.results import SCHEMA_VERSION, write_json
 from posx.version import __version__
 
@@ -129,8 +130,11 @@ class RunRecord:
             write_json(self.run_dir / "run.json", {**self.meta, **fields})
 
     def training(self, resumed_from: int | None) -> None:
-        """Status ``training``; ``resumed_from`` is the restored checkpoint's step."""
-        self._write({"status": "training", "resumed_from": resumed_from})
+        """Status ``training``; ``resumed_from`` is the restored checkpoint's step. The process
+        that trains is recorded with it, so that ``posx extend`` and ``posx resume`` can tell a
+        run still training from one whose process died."""
+        self._write({"status": "training", "resumed_from": resumed_from,
+                     "process": this_process()})  # fmt: skip
 
     def checkpointed(self, step: int) -> None:
         """Notes that the checkpoint on disk is now the one of ``step``."""

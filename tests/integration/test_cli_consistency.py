@@ -22,7 +22,7 @@ USAGE = [
     (["report", "--nosuch"], "No such option: --nosuch"),
     (["resume"], "Missing argument 'run'"),
     (["sweep", "status"], "Missing argument 'sweep_dir'"),
-    (["list", "encoding", "extra"], "Got unexpected extra argument(s) (extra)"),
+    (["list", "encoding", "rope", "extra"], "Got unexpected extra argument(s) (extra)"),
     (["nosuchcommand"], "No such command 'nosuchcommand'"),
 ]
 

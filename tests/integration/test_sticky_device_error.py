@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from posx.runs import launch
+from posx.runs import job
 
 ACCELERATOR_ERROR = getattr(torch, "AcceleratorError", None)
 
@@ -24,8 +24,8 @@ def test_a_sweep_job_with_a_device_error_says_later_jobs_of_its_process_fail(
             raise ACCELERATOR_ERROR("CUDA error: misaligned address")
         return real(cfg, *args, **kwargs)
 
-    real = launch.train_and_evaluate
-    monkeypatch.setattr(launch, "train_and_evaluate", boom)
+    real = job.train_and_evaluate
+    monkeypatch.setattr(job, "train_and_evaluate", boom)
     out = cli("train", "-m", "encoding=alibi,nope", *tiny_overrides)
     assert out.returncode != 0
     failed = [
@@ -44,7 +44,7 @@ def test_other_errors_carry_no_such_note(cli, tiny_overrides, tmp_path, monkeypa
     def boom(cfg, *args, **kwargs):
         raise RuntimeError("something else")
 
-    monkeypatch.setattr(launch, "train_and_evaluate", boom)
+    monkeypatch.setattr(job, "train_and_evaluate", boom)
     out = cli("train", "-m", "encoding=alibi", *tiny_overrides)
     assert out.returncode != 0
     assert "RuntimeError: something else" in out.stderr

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from posx.config.compose import compose
 from posx.evaluation.sweep import evaluate_run
-from posx.runs.launch import train_and_evaluate
+from posx.runs.job import train_and_evaluate
 from posx.saved import SavedRun
 
 WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "a", "on"]

@@ -272,3 +272,17 @@ def test_rows_with_different_token_counts_each_get_their_own_count_line(tmp_path
     lines = sorted(tuple(line.get_ydata()) for line in counts.lines if line.get_gid() != "rule")
     fours = tuple(float(4 * (hi - lo)) for lo, hi in LOG_BUCKETS)
     assert lines == [fours, tuple(2 * t for t in fours)]
+
+
+# --- issue 48: one number of decimals per heatmap --------------------------------------------
+
+
+def test_heatmap_cells_have_the_same_decimals(tmp_path):
+    """3.70 beside 3.36, never 3.7 (``.3g`` dropped a trailing zero, and digits of larger
+    values)."""
+    from tests.unit.report.report_trees import make_seed_tree
+
+    make_seed_tree(tmp_path, {"rope": [[3.7, 3.36, 4.0]], "alibi": [[3.5, 3.512, 3.6]]})
+    fig = figure(tmp_path, "heatmap")
+    cells = sorted(t.get_text() for t in fig.axes[0].texts)
+    assert cells == ["3.36", "3.50", "3.51", "3.60", "3.70", "4.00"]

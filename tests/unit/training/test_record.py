@@ -11,6 +11,7 @@ from posx.config.compose import compose
 from posx.errors import Interrupted, PosxError
 from posx.runtime.distributed import World
 from posx.saved import SavedRun
+from posx.saved.process import this_process
 from posx.training.record import RunRecord, run_meta
 
 META = {"run": "r", "parameters": 3}
@@ -23,8 +24,10 @@ def status(run_dir) -> dict:  # noqa: ANN001
 def test_statuses_extend_the_meta_in_order(tmp_path):
     record = RunRecord(tmp_path, META, World())
     record.training(resumed_from=None)
-    assert status(tmp_path) == {**META, "status": "training", "resumed_from": None}
-    assert list(status(tmp_path)) == ["run", "parameters", "status", "resumed_from"]
+    process = this_process()  # who trains it: posx extend and resume ask (issue 48)
+    assert status(tmp_path) == {**META, "status": "training", "resumed_from": None,
+                                "process": process}  # fmt: skip
+    assert list(status(tmp_path)) == ["run", "parameters", "status", "resumed_from", "process"]
     record.trained({"final_loss": 1.5, "world_size": 1})
     assert status(tmp_path) == {**META, "status": "trained", "final_loss": 1.5, "world_size": 1}
 
