@@ -127,6 +127,10 @@ class ArithmeticTask(SyntheticTask):
             )
         return self.footprint(length) - 1
 
+    def longest_number(self, length: int) -> int:
+        """The answer's digits: no operand at ``length`` digits is longer than the answer."""
+        return self.answer_digits(length)
+
     def size_for(self, length: int) -> int:
         self.tokens_for(length)  # the checks
         return length
