@@ -26,9 +26,12 @@ The verdict: **✓ holds** when every link holds on the mean and in at least ``l
 its seed comparisons; **✗ fails** when some link fails on the mean and its opposite holds in at
 least ``level`` of them; **? inconclusive** otherwise: a term without a value (not run,
 unsupported, failed), fewer than ``min_seeds`` (3) seeds of a term, seeds that split, a term
-whose row the report marks ``not learned``, every term's cell at chance by the report's rule
-(``report.chance.cell_at_chance``: an accuracy within its margin of chance, whether compared as
-values or as ``×r``: ``0 >= 0`` says nothing), or an MRR term ranked in no task.
+whose row the report marks ``not learned`` (judged at its training length: a run that never
+learned its task says nothing past it), two or more terms all at chance at the claim's length by
+the report's rule (``report.chance.cell_at_chance``: an accuracy within its margin of chance,
+whether compared as values or as ``×r``: ``0 >= 0`` says nothing), or an MRR term ranked in no
+task. One term that learned its task, at chance at the claim's length and compared with a number
+(``rope <= 0.1 at 2x``), is judged: that value is the measurement (the papers' finding).
 """
 
 from __future__ import annotations

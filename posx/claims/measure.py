@@ -171,20 +171,24 @@ def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:
 
 
 def _at_chance(verdict: Verdict, cells: pd.DataFrame) -> None:
-    """Sets the reason when every term's cell is at chance (:func:`cell_at_chance`, the
-    report's rule): two values at zero (or at chance) satisfy ``>=`` without saying anything,
-    whether compared as values or as ×r, as in a report column that carries no rank."""
+    """Sets the reason when two or more terms are all at chance at the claim's length
+    (:func:`cell_at_chance`, the report's rule): ``0 >= 0`` cannot tell them apart, as in a
+    report column that carries no rank.
+
+    A run that never learned its task is caught before, at its training length (the report's
+    ``not learned`` mark, :func:`_measure`), so every term here learned it; one such term at
+    chance at the claim's length compared with a number (``rope <= 0.1 at 2x``) is therefore a
+    measurement, the papers' finding, and is judged like any other value."""
     names = verdict.claim.statement.names
-    mine = cells[cells["variant"].astype(str).isin(names) & (cells["n"] > 0)]
-    for rec in mine.itertuples():
+    here = cells[cells["variant"].astype(str).isin(names) & (cells["n"] > 0)]
+    if len(names) < 2 or here.empty:
+        return
+    for rec in here.itertuples():
         if not cell_at_chance(str(rec.metric), float(rec.mean), float(rec.margin)):
             return
     rule = f"{verdict.metric} within the report's margin of chance: 3/n or two standard errors"
     verdict.reason = (
-        f"{names[0]} is at chance {verdict.where} ({rule}): its value cannot be told from chance"
-        if len(names) == 1
-        else f"every term is at chance {verdict.where} ({rule}): the comparison cannot tell "
-        "them apart"
+        f"every term is at chance {verdict.where} ({rule}): the comparison cannot tell them apart"
     )
 
 

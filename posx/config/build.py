@@ -216,11 +216,13 @@ def build_encoding(cfg: DictConfig) -> PositionalEncoding:
 
 
 def train_positions(cfg: DictConfig) -> int:
-    """How many positions a training sequence reaches: its tokens (``train.length`` may count
-    digits, :meth:`Task.tokens_for`), or more where the position strategy says so; built only
-    for an encoding that asks (a learned table sized by default)."""
-    length = int(cfg.train.length)
-    return build_positions(cfg).positions_needed(length, build_task(cfg).tokens_for(length))
+    """How many positions a learned table gets by default: the positions a training sequence
+    reaches (its tokens, or a structured strategy's IDs: :meth:`PositionStrategy.positions_needed`),
+    and at least its tokens, the size tables were saved with before IDs were counted (their
+    checkpoints keep loading); built only for an encoding that asks."""
+    length, task = int(cfg.train.length), build_task(cfg)
+    tokens = task.tokens_for(length)
+    return max(tokens, build_positions(cfg).positions_needed(tokens, task.longest_number(length)))
 
 
 def build_model(cfg: DictConfig, vocab_size: int) -> TransformerLM:

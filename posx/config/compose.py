@@ -3,6 +3,7 @@ schemas (:mod:`posx.config.schema`) cannot check: one-line errors for every bad 
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Sequence
@@ -115,8 +116,12 @@ DEFAULT_EVAL_FACTORS = (1, 2, 4, 8)
 
 
 def eval_lengths(cfg: DictConfig) -> list[int]:
-    """The lengths a run is evaluated at: ``eval.lengths`` when set, else 1x, 2x, 4x and 8x
-    ``train.length``."""
+    """The lengths a run is evaluated at: ``eval.lengths`` when set, else ``train.length``
+    times the factors the task brings (``design.eval_factors``: arithmetic's 1x, 1.5x, 2x and
+    3x, from configs/design/digits.yaml), or times 1, 2, 4 and 8; rounded, each once."""
     if cfg.eval.get("lengths") is not None:
         return [int(x) for x in cfg.eval.lengths]
-    return [f * int(cfg.train.length) for f in DEFAULT_EVAL_FACTORS]
+    design = cfg.get("design") or {}
+    factors = design.get("eval_factors") or DEFAULT_EVAL_FACTORS
+    length = int(cfg.train.length)
+    return sorted({max(1, math.floor(float(f) * length + 0.5)) for f in factors})

@@ -21,8 +21,9 @@ class Abacus(PositionalEncoding):
     """A table of ``max_index`` learned vectors, row ``p`` added where ``pos == p``.
 
     The table bounds the *index* (digits per number plus the training offset), not the sequence
-    length, so ``max_len`` stays ``None``; an index past the table raises
-    :class:`~posx.errors.ConfigError` (an eval row then says ``failed`` with the reason).
+    length, so ``max_len`` stays ``None``; :meth:`unsupported_reason` is asked for the indices
+    the position strategy gives (an eval row then says ``unsupported``), and an index past the
+    table still raises :class:`~posx.errors.ConfigError`.
 
     Args:
         d_model: Model width.
@@ -51,6 +52,12 @@ class Abacus(PositionalEncoding):
                 f" (set encoding.max_index > {top})"
             )
         return x + self.table(pos)
+
+    def unsupported_reason(self, length: int) -> str | None:
+        """Indices ``0 .. length - 1`` past the table's rows cannot be evaluated."""
+        if length > self.max_index:
+            return f"Abacus has {self.max_index} rows; asked for {length}"
+        return None
 
     def extra_repr(self) -> str:
         return f"max_index={self.max_index}"

@@ -148,9 +148,9 @@ def evaluate_model(
         }
         # The model reads `window` tokens at once (= length in full mode), so a learned
         # absolute encoding can still be evaluated at any length in sliding mode.
-        reason = model.encoding.unsupported_reason(proto.window) or strategy.unsupported_reason(
-            proto.window
-        )
+        # Checked against the positions the strategy gives (coupled IDs count digits, not
+        # tokens), so a learned table read through IDs is evaluated wherever its rows reach.
+        reason = strategy.eval_reason(model.encoding, proto.window, task.longest_number(length))
         if reason:
             row.update(status="unsupported", reason=reason)
         else:

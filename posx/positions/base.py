@@ -56,8 +56,15 @@ class PositionStrategy:
         generator = torch.Generator().manual_seed(seed)
         return lambda rows, width: self.eval_positions(rows, width, generator)
 
-    def check(self, encoding: PositionalEncoding, train_length: int) -> None:
-        """Raises :class:`ConfigError` when the strategy cannot train with ``encoding``."""
+    def check(self, encoding: PositionalEncoding, train_length: int, longest: int) -> None:
+        """Raises :class:`ConfigError` when the strategy cannot train with ``encoding``.
+
+        Args:
+            encoding: The model's encoding.
+            train_length: ``train.length`` in the task's unit.
+            longest: Digits of the longest number a training sequence holds
+                (:meth:`posx.tasks.base.Task.longest_number`); what structured IDs count.
+        """
         top = self.max_position
         if top is None:
             return
@@ -68,10 +75,24 @@ class PositionStrategy:
             )
         self.check_table(encoding, top)
 
-    def positions_needed(self, train_length: int, tokens: int) -> int:
-        """Positions a training sequence of ``tokens`` tokens (``train.length`` in the task's
-        unit) reaches: the size a learned table gets by default."""
+    def positions_needed(self, tokens: int, longest: int, training: bool = True) -> int:
+        """Positions ``0 .. n-1`` a sequence of ``tokens`` tokens reaches, whose longest number
+        has ``longest`` digits: the size a learned table needs. Here the tokens; a structured
+        strategy counts the IDs it gives the numbers instead.
+
+        Args:
+            tokens: Tokens per sequence.
+            longest: Digits of the sequence's longest number (:meth:`Task.longest_number`).
+            training: Training (random offsets) or evaluation (the fixed one).
+        """
         return tokens
+
+    def eval_reason(self, encoding: PositionalEncoding, window: int, longest: int) -> str | None:
+        """Why evaluation cannot run with ``window`` tokens at once, whose longest number has
+        ``longest`` digits, or ``None``: the encoding checked against the positions this
+        strategy gives them (:meth:`positions_needed`), not against the token count."""
+        needed = self.positions_needed(window, longest, training=False)
+        return encoding.unsupported_reason(needed) or self.unsupported_reason(window)
 
     def check_table(self, encoding: PositionalEncoding, top: int) -> None:
         """Raises :class:`ConfigError` when training positions reach ``top - 1`` but

@@ -24,6 +24,9 @@ class StructuredPositions(PositionStrategy):
     """
 
     needs_structure = True
+    #: How far the strategy moves a number's IDs past its digits' significances: coupling
+    #: shifts the answer by one (the token predicting a digit carries that digit's ID).
+    answer_shift = 0
 
     def __init__(self, max_offset: int = 32, eval_offset: int = 0) -> None:
         if max_offset < 0:
@@ -44,14 +47,29 @@ class StructuredPositions(PositionStrategy):
     def train_positions(self, batch_size: int, length: int, generator: torch.Generator) -> Tensor:
         raise PosxError(f"positions={self.name} needs the task's structure, not only a length")
 
-    def check(self, encoding: PositionalEncoding, train_length: int) -> None:
-        """Positions reach ``max_offset + train.length + 2`` (digits of the longest number, the
-        answer's carry digit and the answer shift); an encoding with fewer must say so."""
-        self.check_table(encoding, self.positions_needed(train_length, 0))
+    def ids_needed(self, longest: int, offset: int) -> int:
+        """IDs ``0 .. offset + longest + answer_shift``: 0 for tokens outside every number, and
+        a digit of significance ``j`` (``0 .. longest - 1``) gets ``offset + 1 + j``."""
+        return offset + longest + self.answer_shift + 1
 
-    def positions_needed(self, train_length: int, tokens: int) -> int:
-        """IDs up to ``max_offset + train.length + 2`` (see :meth:`check`), or the tokens."""
-        return max(tokens, self.max_offset + train_length + 3)
+    def check(self, encoding: PositionalEncoding, train_length: int, longest: int) -> None:
+        """Training IDs reach the longest number's top digit at the largest offset; an
+        encoding with fewer positions must say so."""
+        self.check_table(encoding, self.ids_needed(longest, self.max_offset))
+
+    def positions_needed(self, tokens: int, longest: int, training: bool = True) -> int:
+        """The IDs (:meth:`ids_needed`) whatever the token count, at ``max_offset`` in
+        training and ``eval_offset`` at evaluation."""
+        return self.ids_needed(longest, self.max_offset if training else self.eval_offset)
+
+    def eval_reason(self, encoding: PositionalEncoding, window: int, longest: int) -> str | None:
+        """As :meth:`PositionStrategy.eval_reason`, naming the IDs the numbers need."""
+        needed = self.positions_needed(window, longest, training=False)
+        reason = encoding.unsupported_reason(needed)
+        if reason:
+            ids = f"IDs up to {needed - 1}"
+            return f"positions={self.name} gives {longest}-digit numbers {ids}: {reason}"
+        return self.unsupported_reason(window)
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "max_offset": self.max_offset, "eval_offset": self.eval_offset}
@@ -71,6 +89,7 @@ class CoupledPositions(StructuredPositions):
     """
 
     name = "coupling"
+    answer_shift = 1
 
     def structured(
         self, structure: TokenStructure, generator: torch.Generator, training: bool
@@ -98,11 +117,17 @@ class AbacusPositions(StructuredPositions):
         offset = self.offsets(structure.role.shape[0], generator, training)
         return torch.where(structure.is_digit, offset + 1 + structure.significance, 0)
 
-    def check(self, encoding: PositionalEncoding, train_length: int) -> None:
+    def positions_needed(self, tokens: int, longest: int, training: bool = True) -> int:
+        """As :meth:`StructuredPositions.positions_needed`; in training one row more: the size
+        a learned table read through Abacus indices was saved with before IDs were counted
+        exactly (its checkpoints keep loading)."""
+        return super().positions_needed(tokens, longest, training) + int(training)
+
+    def check(self, encoding: PositionalEncoding, train_length: int, longest: int) -> None:
         """As :meth:`StructuredPositions.check`, and the Abacus table's rows when it has one."""
-        super().check(encoding, train_length)
+        super().check(encoding, train_length, longest)
         rows = getattr(encoding, "max_index", None)  # the Abacus table bounds indices, not length
-        top = self.max_offset + train_length + 2
+        top = self.ids_needed(longest, self.max_offset)
         if rows is not None and rows < top:
             raise ConfigError(
                 f"positions=abacus trains indices up to {top - 1} but the table has {rows}"

@@ -195,7 +195,7 @@ def check_buildable(cfg: DictConfig) -> None:
     model = build_model(cfg, task.vocab_size)
     strategy = build_positions(cfg)
     check_structure(task, model.encoding, strategy)
-    strategy.check(model.encoding, cfg.train.length)
+    strategy.check(model.encoding, cfg.train.length, task.longest_number(cfg.train.length))
     # one tiny batch: a length too short for the task fails here
     task.train_batch(1, cfg.train.length, torch.Generator().manual_seed(0))
 

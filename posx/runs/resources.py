@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from posx.config.build import build_model
+from posx.config.build import build_model, build_task
 from posx.errors import ConfigError, one_line
 from posx.evaluation.protocol import resolve_protocol
 from posx.model.attention import choose_kernel
@@ -275,11 +275,13 @@ def check_eval_fits(
         hint: What the user can change.
     """
     shape, e = ModelShape.of(model, device), cfg.eval
+    # A structured strategy's IDs count digits, which only the task knows (a synthetic task,
+    # cheap to build); the other strategies count tokens and never read it.
+    task = build_task(cfg) if strategy.needs_structure else None
     for length in lengths:
         proto = resolve_protocol(e.mode, length, e.window, e.stride, cfg.train.length)
-        if model.encoding.unsupported_reason(proto.window) or strategy.unsupported_reason(
-            proto.window
-        ):
+        longest = task.longest_number(length) if task is not None else proto.window
+        if strategy.eval_reason(model.encoding, proto.window, longest):
             continue
         need = eval_bytes(shape, length, sequences_for(e.tokens, length), proto.window,
                           e.batch_tokens)  # fmt: skip

@@ -60,6 +60,13 @@ class Task(ABC):
         task whose unit is tokens."""
         return length
 
+    def longest_number(self, length: int) -> int:
+        """Digits of the longest number (operand or answer) an instance at ``length`` holds: the
+        significances :meth:`structure` reports run over ``0 .. longest_number - 1``, so a
+        structured position strategy knows the IDs an evaluation at ``length`` needs. The
+        default structure is one number of :meth:`tokens_for` tokens."""
+        return self.tokens_for(length)
+
     def structure(self, inputs: Tensor) -> TokenStructure:
         """Per-token structure of ``inputs [b, s]``: which number, significance, role.
 

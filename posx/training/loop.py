@@ -187,7 +187,7 @@ def prepare(cfg: DictConfig, run_dir: Path) -> tuple[Trainer, int, int, list[dic
     task = build_task(cfg)
     model = build_model(cfg, task.vocab_size).to(device)
     positions = build_positions(cfg)
-    positions.check(model.encoding, tcfg.length)
+    positions.check(model.encoding, tcfg.length, task.longest_number(tcfg.length))
     optimizer = make_optimizer(model, cfg, device)
     step, tokens_seen, rows = 0, 0, []
     if tcfg.resume and any((run_dir / d).is_dir() for d in ("checkpoint", ".checkpoint.old")):

@@ -107,3 +107,35 @@ def test_an_eval_offset_training_never_reaches_is_one_line(tmp_path: Path):
     line = proc.stderr.strip()
     assert "\n" not in line and "eval_offset must be in [0, max_offset=4], got 5" in line
     assert not list(tmp_path.rglob("eval.csv"))
+
+
+def test_learned_coupling_evaluates_at_2x_and_3x_its_training_digits(tmp_path: Path, cli):
+    """Issue 45, item 1: the learned table read through coupled IDs was checked against the
+    sequence's tokens (27 at 8 digits, 39 at 12) where the IDs stop at 10 and 14, so the paper's
+    own configuration read `unsupported` past 1.5x. Checked by IDs: 2x and 3x evaluate; at 4x the
+    IDs pass the table's 15 rows, and the row says so in the IDs' terms."""
+    args = ["task=arithmetic", "encoding=learned", "positions=coupling", "positions.max_offset=4",
+            "train.length=4", "eval.lengths=[4,8,12,16]"]  # fmt: skip
+    got = cli("train", *SMALL, *args, f"root={tmp_path}")
+    assert got.returncode == 0, got.stderr
+    rows = pd.read_csv(next(tmp_path.rglob("eval.csv"))).set_index("eval_length")
+    assert (rows.loc[[4, 8, 12], "status"] == "ok").all(), rows[["status", "reason"]]
+    assert rows.loc[16, "status"] == "unsupported"
+    reason = rows.loc[16, "reason"]
+    assert "positions=coupling gives 17-digit numbers IDs up to 18" in reason, reason
+    assert "Learned has 15 positions; asked for 19" in reason, reason
+
+
+def test_a_digit_task_brings_digit_scale_lengths(tmp_path: Path, cli):
+    """Issue 45, item 4: `posx train task=arithmetic` trained at 64 digits (the global
+    train.length), evaluated at 64-512 digits and suggested `--lengths 1024,2048`. The task
+    brings 8 training digits and evaluation at 1x, 1.5x, 2x and 3x; set lengths still win."""
+    small = [a for a in SMALL if not a.startswith(("train.length", "eval.lengths"))]
+    got = cli("train", *small, "task=arithmetic", f"root={tmp_path / 'a'}")
+    assert got.returncode == 0, got.stderr
+    rows = pd.read_csv(next((tmp_path / "a").rglob("eval.csv")))
+    assert sorted(rows["eval_length"]) == [8, 12, 16, 24] and set(rows["train_length"]) == {8}
+    assert "--lengths 48,96" in got.stdout and "1024" not in got.stdout, got.stdout
+    got = cli("train", *small, "task=arithmetic", "train.length=4", f"root={tmp_path / 'b'}")
+    rows = pd.read_csv(next((tmp_path / "b").rglob("eval.csv")))
+    assert sorted(rows["eval_length"]) == [4, 6, 8, 12]

@@ -22,9 +22,10 @@ Length mapping: ``length`` is the number of digits ``D`` of the longer operand (
 ``length_unit`` is ``digits``). Training draws both operand lengths uniformly from
 ``[min_size, D]``, independently per instance; evaluation at ``D`` gives one operand exactly
 ``D`` digits and the other a length uniform in ``[min_size, D]`` (which one is random), so the
-eval lengths ``1 .. 3N`` together cover the whole operand-length grid. Sequences are
-``tokens_for(D)`` tokens (padded). Exact match is scored on the answer; the eval row also
-records it per operand-length pair (``operand_grid``), the grid the papers plot.
+eval lengths ``1 .. 3N`` together cover the whole operand-length grid. An operand of ``n >= 2``
+digits has a non-zero leading digit, so its length is its number of significant digits.
+Sequences are ``tokens_for(D)`` tokens (padded). Exact match is scored on the answer; the eval
+row also records it per operand-length pair (``operand_grid``), the grid the papers plot.
 """
 
 from __future__ import annotations
@@ -127,6 +128,10 @@ class ArithmeticTask(SyntheticTask):
             )
         return self.footprint(length) - 1
 
+    def longest_number(self, length: int) -> int:
+        """The answer's digits: no operand at ``length`` digits is longer than the answer."""
+        return self.answer_digits(length)
+
     def size_for(self, length: int) -> int:
         self.tokens_for(length)  # the checks
         return length
@@ -136,9 +141,7 @@ class ArithmeticTask(SyntheticTask):
     def operands(self, la: Tensor, lb: Tensor, generator: torch.Generator) -> Instances:
         """Random operands of ``la [b]`` and ``lb [b]`` digits, their answer, laid out."""
         b, w = len(la), int(torch.maximum(la, lb).max())
-        cols = torch.arange(w)
-        x = torch.randint(BASE, (b, w), generator=generator) * (cols < la.unsqueeze(1))
-        y = torch.randint(BASE, (b, w), generator=generator) * (cols < lb.unsqueeze(1))
+        x, y = self.number(la, w, generator), self.number(lb, w, generator)
         if self.op == "add":
             answer, answer_len = add_digits(x, y), torch.maximum(la, lb) + 1
         else:
@@ -151,6 +154,17 @@ class ArithmeticTask(SyntheticTask):
         op = (torch.full((b, 1), self.operator), torch.ones(b, dtype=torch.long))
         prompt, prompt_len = concat_rows([parts[0], op, parts[1]], self.pad)
         return Instances(prompt, prompt_len, parts[2][0], parts[2][1])
+
+    @staticmethod
+    def number(n: Tensor, width: int, generator: torch.Generator) -> Tensor:
+        """Random numbers of exactly ``n [b]`` digits, least significant first: ``[b, width]``,
+        zeros past each one's digits. The top digit of a number of two or more digits is never
+        0, so an ``n``-digit operand has ``n`` significant digits (the papers' convention)."""
+        cols = torch.arange(width)
+        digits = torch.randint(BASE, (len(n), width), generator=generator)
+        top = torch.randint(1, BASE, (len(n), 1), generator=generator)
+        digits = torch.where((cols == n.unsqueeze(1) - 1) & (n.unsqueeze(1) > 1), top, digits)
+        return digits * (cols < n.unsqueeze(1))
 
     def hinted(self, digits: Tensor, n: Tensor, start: Tensor) -> tuple[Tensor, Tensor]:
         """``h_{start+j} d_j`` pairs for the digits ``[b, w]`` of one number: ``[b, 2w]``."""

@@ -70,13 +70,41 @@ def test_ratio_on_parity_is_the_reports_above_chance_ratio(tmp_path: Path):
 
 
 def test_issue_example_on_parity_at_chance_is_no_pass(tmp_path: Path):
-    """`rope ×r >= 0.45 at 4x` gave ✓ with ×r 0.503 where the report shows ×0.007."""
+    """`rope ×r >= 0.45 at 4x` gave ✓ with ×r 0.503 where the report shows ×0.007. rope learned
+    parity (1.0 at 16), so its ×0.007 at 64 is a measurement (issue 45): ✗, not a pass."""
     make_seed_tree(tmp_path / "results", PARITY_AT_CHANCE, "syn", task="parity")
     record_chance(tmp_path / "results", {"parity": 0.5})
-    got = verdicts(tmp_path, {"keeps": ("rope ×r >= 0.45 at 4x", INCONCLUSIVE)})["keeps"]
+    got = verdicts(tmp_path, {"keeps": ("rope ×r >= 0.45 at 4x", FAILS)})["keeps"]
     cell = report_cell(tmp_path, "parity", "rope", 64)
     assert got.measured[0].mean == pytest.approx(cell["ratio_mean"]) == pytest.approx(0.007)
-    assert got.verdict == INCONCLUSIVE and "at chance" in got.reason, got.reason
+    assert got.verdict == FAILS, (got.reason, got.statistic())
+
+
+# Arithmetic as the papers find it: rope learned the task in distribution (1.0 at 8 digits) and
+# is at 0 at 2x; nope never learned it (0 at 8 digits, so 0 everywhere).
+ARITHMETIC = {"rope": [[1.0, 0.0]] * 3, "nope": [[0.0, 0.0]] * 3}
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected", "why"),
+    [
+        ("rope <= 0.1 at 2x", HOLDS, ""),  # the papers' finding, not a vacuous one
+        ("rope >= 0.9 at 2x", FAILS, "fails on the mean"),
+        ("nope <= 0.1 at 2x", INCONCLUSIVE, "nope is not learned at its training length"),
+        ("nope >= rope at 2x", INCONCLUSIVE, "not learned"),
+    ],
+)
+def test_at_chance_past_training_is_judged_for_runs_that_learned_only(
+    tmp_path: Path, statement: str, expected: str, why: str
+):
+    """Issue 45, item 5: `rope <= 0.1 at 2x` on a run that learned the task at its training
+    length and is at chance at 2x read `?`; the at-chance guard is for runs that never learned
+    (judged at their training length), so it is ✓ now, and nope's zeros stay ?."""
+    make_seed_tree(tmp_path / "results", ARITHMETIC, "syn", "arithmetic", 8, lengths=(8, 16))
+    record_chance(tmp_path / "results", {"arithmetic": 0.0})
+    got = verdicts(tmp_path, {"c": (statement, expected)})["c"]
+    assert got.verdict == expected, (got.reason, got.statistic())
+    assert why in got.reason
 
 
 @pytest.mark.parametrize(

@@ -129,7 +129,7 @@ def test_every_encoding_trains_every_task_one_step(encoding: str, task: str):
         cfg.encoding.max_len = width
     torch.manual_seed(0)
     model = build_model(cfg, built.vocab_size)
-    build_positions(cfg).check(model.encoding, length)
+    build_positions(cfg).check(model.encoding, length, built.longest_number(length))
     batch = built.train_batch(2, length, torch.Generator().manual_seed(0))
     loss = masked_loss(model(batch.inputs, torch.arange(width)), batch)
     loss.backward()

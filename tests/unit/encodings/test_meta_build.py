@@ -24,4 +24,4 @@ def test_every_encoding_builds_on_meta(encoding: str):
     assert ModelShape.of(model).params == model.num_parameters() > 0
     for length in (16, 64, 10**6):
         model.encoding.unsupported_reason(length)  # a reason or None; never a crash
-    build_positions(cfg).check(model.encoding, 16)
+    build_positions(cfg).check(model.encoding, 16, 16)

@@ -104,11 +104,11 @@ def test_learned_table_must_cover_the_trained_positions():
     cfg = compose([*TINY, "encoding=learned", "positions=randomized"])
     model = build_model(cfg, build_task(cfg).vocab_size)
     with pytest.raises(ConfigError, match=r"encoding.max_len=1024"):
-        build_positions(cfg).check(model.encoding, 16)
+        build_positions(cfg).check(model.encoding, 16, 16)
     cfg = compose([*TINY, "encoding=learned", "positions=pose", "encoding.max_len=512"])
-    build_positions(cfg).check(build_model(cfg, 10).encoding, 16)  # 512 >= target_length
+    build_positions(cfg).check(build_model(cfg, 10).encoding, 16, 16)  # 512 >= target_length
     with pytest.raises(ConfigError, match="train.length"):
-        PoSEPositions(target_length=8).check(build_model(cfg, 10).encoding, 16)
+        PoSEPositions(target_length=8).check(build_model(cfg, 10).encoding, 16, 16)
 
 
 def test_run_label_names_the_strategy(tmp_path: Path):

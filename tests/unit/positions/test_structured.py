@@ -116,10 +116,10 @@ def test_strategies_check_the_table_they_train():
     cfg = compose(["encoding=learned", "train.length=5", "task=arithmetic"])
     learned = build_model(cfg, 20).encoding
     with pytest.raises(ConfigError, match=r"positions=coupling trains positions up to 39"):
-        CoupledPositions(max_offset=32).check(learned, 5)
+        CoupledPositions(max_offset=32).check(learned, 5, 6)
     with pytest.raises(ConfigError, match=r"set encoding.max_index=39 "):
-        AbacusPositions(max_offset=32).check(Abacus(8, max_index=16), 5)
-    AbacusPositions(max_offset=32).check(Abacus(8, max_index=39), 5)
+        AbacusPositions(max_offset=32).check(Abacus(8, max_index=16), 5, 6)
+    AbacusPositions(max_offset=32).check(Abacus(8, max_index=39), 5, 6)
     made = build_positions(compose(["positions=coupling", "positions.max_offset=7"]))
     assert isinstance(made, CoupledPositions) and made.max_offset == 7
     with pytest.raises(ConfigError, match="max_offset must be >= 0"):
@@ -173,3 +173,33 @@ def test_trainer_and_evaluator_feed_structured_positions(tmp_path: Path, seen_po
     assert [r["length_unit"] for r in rows] == ["digits", "digits"]
     assert all("operand_grid" in r for r in rows)
     assert seen and all(p is not None and p.max() <= 8 for p in seen)  # no offset at eval
+
+
+@pytest.mark.parametrize("op", ["add", "multiply"])
+@pytest.mark.parametrize("strategy", [CoupledPositions(max_offset=6, eval_offset=2),
+                                      AbacusPositions(max_offset=6, eval_offset=2)])  # fmt: skip
+def test_the_ids_an_eval_length_needs_are_the_ids_it_gets(strategy, op: str):
+    """Issue 45, item 1: a strategy reports the largest ID an evaluation needs from the task's
+    longest number (the answer), not from the token count; the IDs the eval set really gets
+    reach exactly that, at 1x, 2x and 3x."""
+    task = ArithmeticTask(op=op, multiplier_digits=2)
+    for digits in (4, 8, 12):
+        data = task.eval_set(digits, 64, seed=0)
+        ids = strategy.structured(task.structure(data.inputs), gen(), training=False)
+        needed = strategy.positions_needed(data.inputs.shape[1], task.longest_number(digits),
+                                           training=False)  # fmt: skip
+        assert int(ids.max()) == needed - 1, (digits, int(ids.max()), needed)
+        assert needed < data.inputs.shape[1]  # fewer IDs than tokens: what the old check read
+
+
+def test_an_abacus_table_is_checked_against_the_indices_at_evaluation():
+    """An index past the Abacus table is `unsupported` before any forward pass (it was a
+    `failed` row from the embedding's error): 10-digit eval at offset 0 needs rows 0..11."""
+    table = Abacus(8, max_index=11)
+    reason = AbacusPositions(max_offset=0).eval_reason(
+        table, 40, ArithmeticTask().longest_number(10)
+    )
+    assert reason == (
+        "positions=abacus gives 11-digit numbers IDs up to 11: Abacus has 11 rows; asked for 12"
+    )
+    assert AbacusPositions(max_offset=0).eval_reason(Abacus(8, max_index=12), 40, 11) is None

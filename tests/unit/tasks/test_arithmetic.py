@@ -128,3 +128,34 @@ def test_lengths_are_digits_and_eval_sets_cover_the_grid():
 def test_bad_settings_say_what_is_allowed(kwargs, length, message):
     with pytest.raises(ConfigError, match=message):
         ArithmeticTask(**kwargs).tokens_for(length)
+
+
+@pytest.mark.parametrize("hints", [False, True])
+def test_an_n_digit_operand_has_n_significant_digits(hints: bool):
+    """Issue 45, item 3: about 10% of "N-digit" operands started with a zero (N tokens, N - 1
+    significant digits). Now the top digit of every operand of 2+ digits is 1-9, in training
+    and in the eval sets; a 1-digit operand may be 0."""
+    task = ArithmeticTask(index_hints=hints, num_hints=20)
+    for batch in (task.train_batch(2000, 6, torch.Generator().manual_seed(0)),
+                  task.eval_set(12, 2000, seed=0)):  # fmt: skip
+        tops, ones = [], []
+        for row in batch.inputs.tolist():
+            for digits in read(task, row)[:2]:
+                (tops if len(digits) > 1 else ones).append(digits[-1])
+        assert 0 not in tops and set(tops) == set(range(1, 10)), sorted(set(tops))
+    assert 0 in ones  # the number 0 is a 1-digit operand
+
+
+def test_eval_sets_past_training_hold_operands_of_unequal_length():
+    """Issue 45, item 6: at 2x its 8 training digits the eval set holds 16-digit operands
+    against every shorter one, on either side (1 .. 15 digits, past training too), not only
+    pairs of equal length; the operand grid keeps them apart for the heatmap."""
+    task = ArithmeticTask()
+    data = task.eval_set(16, 2000, seed=0)
+    grid = json.loads(
+        task.sequence_metrics(data, torch.ones(2000, dtype=torch.bool))["operand_grid"]
+    )
+    counts = {tuple(map(int, k.split(","))): n for k, (_, n) in grid.items()}
+    assert {(16, b) for b in range(9, 16)} | {(a, 16) for a in range(9, 16)} <= set(counts)
+    unequal = sum(n for (a, b), n in counts.items() if a != b)
+    assert unequal > 0.9 * 2000  # equal lengths are 1 pair in 16 per side
