@@ -1,7 +1,8 @@
 """Claims paired by lineage: an extension at seed s starts from its parent at seed s, so a
 comparison between runs that share a parent, or between a run and its parent, pairs each
-parent's runs with each other (``k/n`` counts the parents). Runs of unrelated lines stay
-independent: every seed of one against every seed of the other.
+parent's runs with each other (``k/n`` counts the parents); two eval-time variants of the same
+runs (``rope`` and ``rope+yarn×4``: one model per seed) pair run by run. Runs of unrelated
+lines stay independent: every seed of one against every seed of the other.
 
 A run's lineage is two keys: its own (``run name|fingerprint`` as its ``run.json`` records it)
 and its parent's (an extension's ``run.json`` ``parent``: the same two words; ``""`` for a run
@@ -87,7 +88,9 @@ def paired_by_parent(
     own_b = {s: lineage_b[s][0] for s in b}
     up_a = {s: lineage_a[s][1] for s in a}
     up_b = {s: lineage_b[s][1] for s in b}
-    if all(up_a.values()) and all(up_b.values()) and set(up_a.values()) & set(up_b.values()):
+    if all(own_a.values()) and set(own_a.values()) == set(own_b.values()):
+        left, right = _mean_by(a, own_a), _mean_by(b, own_b)  # one run's eval-time variants
+    elif all(up_a.values()) and all(up_b.values()) and set(up_a.values()) & set(up_b.values()):
         left, right = _mean_by(a, up_a), _mean_by(b, up_b)  # siblings: by their parent
     elif all(up_a.values()) and set(up_a.values()) <= set(own_b.values()):
         left, right = _mean_by(a, up_a), _mean_by(b, own_b)  # a extends b

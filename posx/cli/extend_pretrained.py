@@ -4,11 +4,14 @@ pretrained-model branch of those commands (the work is posx/pretrained/extend_*.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posx.cli._app import console, err_console
 from posx.errors import ConfigError
 from posx.pretrained.extend_settings import Options
+
+if TYPE_CHECKING:
+    from posx.saved import SavedRun
 
 
 def _say(text: str) -> None:
@@ -67,12 +70,12 @@ def _evaluate(run: Path, lengths: list[int] | None) -> None:
         _print(text)
 
 
-def extension_info(run: Path) -> dict[str, Any] | None:
+def extension_info(run: Path | SavedRun) -> dict[str, Any] | None:
     """``run.json`` of a pretrained model's extension, else None (any other run, or none)."""
     from posx.saved import RunKind, SavedRun
 
-    saved = SavedRun(run)
-    if not (run / "run.json").is_file() or saved.kind is not RunKind.PRETRAINED_EXTENSION:
+    saved = SavedRun.of(run)
+    if not (saved.path / "run.json").is_file() or saved.kind is not RunKind.PRETRAINED_EXTENSION:
         return None
     return saved.info
 
@@ -86,22 +89,28 @@ def resume_hf(run: Path, info: dict[str, Any], dirs: list[Path]) -> None:
     _evaluate(run, None)
 
 
-def extend_hf_runs(runs: list[Path], lengths: str | None) -> bool:
+def extend_hf_runs(runs: list[Path], lengths: str | None) -> list[SavedRun] | None:
     """``posx eval RUN ...`` of pretrained models' extensions: evaluated as ``posx eval hf:``
-    evaluates a model, into their own runs. False when no run named is one.
+    evaluates a model, into their own runs.
+
+    Returns:
+        None when the runs named were extensions and are evaluated; else every word opened as
+        a run, for posx eval to go on with (each run's files are then read once).
 
     Raises:
         ConfigError: Extensions and posx runs named together.
     """
     from posx.cli.options import parse_lengths
+    from posx.saved import SavedRun
 
-    found = [run for run in runs if extension_info(run) is not None]
+    opened = [SavedRun(run) for run in runs]
+    found = [run for run in opened if extension_info(run) is not None]
     if not found:
-        return False
+        return opened
     if len(found) != len(runs):
         raise ConfigError(
             "evaluate pretrained models' extensions and posx runs in separate commands"
         )
     for run in found:
-        _evaluate(run, parse_lengths(lengths) if lengths else None)
-    return True
+        _evaluate(run.path, parse_lengths(lengths) if lengths else None)
+    return None

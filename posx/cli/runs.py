@@ -169,7 +169,8 @@ def eval_(
         eval_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
                          progress, max_memory, hf)  # fmt: skip
         return
-    if extend_hf_runs(runs or [], lengths):
+    opened = extend_hf_runs(runs or [], lengths)
+    if opened is None:
         return
     if any(hf_options) or dtype != "auto":
         raise ConfigError(
@@ -186,7 +187,8 @@ def eval_(
 
     limit = parse_size(max_memory, "--max-memory")
     trusted = trusted_prefixes(trust, config_dirs(ctx))
-    chosen = select_runs(named, root, overrides, trusted)
+    by_path = {run.path: run for run in opened}  # already open: its files are read once
+    chosen = select_runs([by_path.get(Path(r), r) for r in named], root, overrides, trusted)
     for run, why in chosen.skipped:
         err_console.print(f"[yellow]skipping {run.path}: {why}[/]")
     for _, why in chosen.damaged:

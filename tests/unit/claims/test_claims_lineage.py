@@ -67,3 +67,20 @@ def test_unrelated_runs_stay_unpaired(cli, tmp_path):
     result = cli("--config-dir", str(tmp_path / "conf"), "check", str(root), "-f", "md")
     assert result.returncode == 3, result.stdout + result.stderr
     assert "6 of 9 seed comparisons" in result.stdout
+
+
+def test_eval_time_variants_of_one_run_pair_by_the_run(cli, tmp_path):
+    """`rope+yarn×4` is the `rope` run's own weights evaluated with a scaling (eval.variants):
+    the two rows of one seed are one model, so they pair by run (3/3), not 6 of 9."""
+    root = tmp_path / "results"
+    for seed in range(3):
+        _run(root, f"text_rope_s{seed}", "rope", seed, BASES[seed], None)
+        frame = pd.read_csv(root / "runs" / f"text_rope_s{seed}" / "eval.csv")
+        scaled = frame.assign(overrides="encoding.scaling.type=yarn encoding.scaling.factor=4",
+                              loss=YARN[seed], bpb=YARN[seed])  # fmt: skip
+        pd.concat([frame, scaled]).to_csv(root / "runs" / f"text_rope_s{seed}" / "eval.csv",
+                                          index=False)  # fmt: skip
+    write_claims(tmp_path / "conf", "lineage_claims", {"v": ("rope+yarn×4 < rope at L=16", "")})
+    result = cli("--config-dir", str(tmp_path / "conf"), "check", str(root), "-f", "md")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rope+yarn×4 < rope: 3/3" in result.stdout

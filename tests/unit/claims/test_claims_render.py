@@ -51,7 +51,7 @@ def test_a_narrow_terminal_gets_one_block_per_claim(checked, width):
     text = "\n".join(lines)
     for label in ("statement", "measured", "seeds", "seed agreement", "paper", "why"):
         assert text.count(f"  {label}  ") == len(IDS), label
-    assert "alibi > rope fails on the mean" in text and "rope+yarn×4 < rope: 9/9" in text
+    assert "alibi > rope fails on the mean" in text and "rope+yarn×4 < rope: 3/3" in text
     assert "┃" not in text  # not the table
 
 
@@ -86,7 +86,7 @@ def test_verdicts_as_json_records(checked):
     rope = holds["measured"][1]
     assert rope["mean"] == pytest.approx(3.05) and rope["std"] == pytest.approx(0.05)
     assert rope["values"] == {"0": 3.0, "1": 3.1, "2": 3.05}
-    assert holds["seed_agreement"] == "rope+yarn×4 < rope: 9/9" and holds["reason"] == ""
+    assert holds["seed_agreement"] == "rope+yarn×4 < rope: 3/3" and holds["reason"] == ""
     assert holds["published"] == {"alibi": 18.41, "rope": [20.07, 31.58]}
     assert by_id[IDS[1]]["reason"] == "alibi > rope fails on the mean"
     absent = by_id[IDS[3]]
