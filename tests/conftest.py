@@ -20,6 +20,11 @@ REPO = Path(__file__).resolve().parent.parent
 # threads made a tiny run's training ~35% slower on a busy 2-core machine. OMP_NUM_THREADS=N
 # in the environment still overrides it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 (a single process has neither): posx
+# fits its output to COLUMNS where it is set, so a test would see a terminal under `make test`
+# and a pipe alone. Every test starts as a pipe; one that wants a width sets it.
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
 
 _FROZEN_AT: list[object] = [None]
 
