@@ -31,6 +31,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # ~15-20 s: every encoding twice; CI runs it with make test-slow
 def test_the_cpu_run_writes_every_cell_and_the_table(tmp_path):
     """What `make bench-gpu` runs, unchanged, on the CPU: tiny shapes chosen by itself, every
     cell of both shapes a row (timed or saying why not), the table with the targets marked."""
