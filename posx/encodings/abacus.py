@@ -41,7 +41,7 @@ class Abacus(PositionalEncoding):
             raise ConfigError(f"abacus encoding needs max_index > 0, got {max_index}")
         self.max_index = max_index
         self.table = nn.Embedding(max_index, d_model)
-        nn.init.normal_(self.table.weight, std=table_init_std(init_std, "abacus"))
+        nn.init.normal_(self.table.weight, std=table_init_std(init_std, "abacus encoding"))
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """``x [b, s, d]`` plus row ``pos`` (``[s]`` or ``[b, s]``, integer) of the table."""

@@ -239,25 +239,25 @@ def exact_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-def table_init_std(init_std: float | None, encoding: str) -> float:
-    """The standard deviation a learned position table starts from.
+def table_init_std(init_std: float | None, what: str, key: str = "init_std") -> float:
+    """The standard deviation a learned table (positions, or the tokens') starts from.
 
     Args:
-        init_std: The encoding's ``init_std`` setting; ``None``: :data:`TABLE_INIT_STD`, so a
-            run saved before the setting existed builds (and fingerprints) as it did.
-        encoding: The encoding's name, for the error.
+        init_std: The setting; ``None``: :data:`TABLE_INIT_STD`, so a run saved before the
+            setting existed builds (and fingerprints) as it did.
+        what: The table's owner, for the error (``learned encoding``).
+        key: The setting's name, for the error.
 
     Returns:
         A positive standard deviation.
 
     Raises:
-        ConfigError: ``init_std`` is not a number > 0.
+        ConfigError: The setting is not a number > 0.
     """
     if init_std is None:
         return TABLE_INIT_STD
     if isinstance(init_std, bool) or not isinstance(init_std, int | float) or not init_std > 0:
         raise ConfigError(
-            f"{encoding} encoding needs init_std > 0 (1.0: PyTorch's embedding default), "
-            f"got {init_std!r}"
+            f"{what} needs {key} > 0 (1.0: PyTorch's embedding default), got {init_std!r}"
         )
     return float(init_std)

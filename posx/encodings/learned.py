@@ -42,7 +42,7 @@ class Learned(PositionalEncoding):
             raise ValueError(f"learned encoding needs max_len > 0, got {max_len}")
         self.max_len = max_len
         self.table = nn.Embedding(max_len, d_model)
-        nn.init.normal_(self.table.weight, std=table_init_std(init_std, "learned"))
+        nn.init.normal_(self.table.weight, std=table_init_std(init_std, "learned encoding"))
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         if pos.is_floating_point():

@@ -56,3 +56,37 @@ def test_a_bad_init_std_is_one_line_and_writes_nothing(cli, tmp_path, arm, value
     assert result.returncode == 2, result.stderr
     assert "init_std" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("run.json"))
+
+
+# Untied, so the checkpoint holds the token embedding under its own name.
+UNTIED = [*ARMS["learned"], "model.tie_embeddings=false"]
+
+
+def weight_std(root: Path, name: str) -> float:
+    (weights,) = root.rglob("checkpoint/model.safetensors")
+    return float(load_file(weights)[name].std())
+
+
+@pytest.mark.parametrize(("setting", "expected"), [([], 0.02), (["model.embed_init_std=1.0"], 1.0)])
+def test_embed_init_std_is_the_scale_the_token_embedding_starts_from(
+    cli, tmp_path, setting, expected
+):
+    result = cli("train", *UNTIED, *SMALL, *setting, f"root={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    assert weight_std(tmp_path, "tok.weight") == pytest.approx(expected, rel=0.15)
+
+
+def test_a_bad_embed_init_std_is_one_line_and_writes_nothing(cli, tmp_path):
+    result = cli("train", *UNTIED, *SMALL, "model.embed_init_std=0", f"root={tmp_path}")
+    assert result.returncode == 2, result.stderr
+    assert "embed_init_std > 0" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("run.json"))
+
+
+def test_the_default_draws_the_weights_it_always_did(cli, tmp_path):
+    """``embed_init_std`` unset draws nothing more, so a saved run retrains to its weights:
+    an explicit 0.02 (a second draw) gives another embedding from the same seed."""
+    cli("train", *UNTIED, *SMALL, f"root={tmp_path / 'a'}")
+    cli("train", *UNTIED, *SMALL, "model.embed_init_std=0.02", f"root={tmp_path / 'b'}")
+    (a,), (b,) = (list((tmp_path / r).rglob("checkpoint/model.safetensors")) for r in "ab")
+    assert not load_file(a)["tok.weight"].equal(load_file(b)["tok.weight"])
