@@ -49,9 +49,10 @@ DEVICE_NAME = re.compile(r"cpu|mps|cuda(:\d+)?")
 # Where run.json records what each config node's `precision` resolved to.
 RECORDED_PRECISION = {"train": "train_precision", "eval": "eval_precision"}
 
-# Extension settings added after extensions were first saved: an older extension's config
-# lacks them, and its fingerprint stays what it was when it was written.
-ADDED_LATER = ("extend.parent_length", "extend.base_factor")
+# Settings added after runs using their node were first saved, whose null means what runs did
+# before: an older config lacks them, and its fingerprint stays what it was when it was written
+# (extensions; a learned table's init_std, null: 0.02).
+ADDED_LATER = ("extend.parent_length", "extend.base_factor", "encoding.init_std")
 
 # Keys (and everything below them) that do not identify an experiment, with the reason.
 NOT_IDENTITY: dict[str, str] = {
@@ -167,7 +168,7 @@ def identity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Scalar]:
     flat = flat_config(cfg)
     if flat.get("extend.parent") is None:  # trained from scratch: as before extensions existed
         flat = {k: v for k, v in flat.items() if not k.startswith("extend.")}
-    for key in ADDED_LATER:  # unset in an extension saved before they existed: as it was then
+    for key in ADDED_LATER:  # unset in a run saved before they existed: as it was then
         if flat.get(key) is None:
             flat.pop(key, None)
     if "train.precision" in flat:

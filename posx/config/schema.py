@@ -20,6 +20,8 @@ class ModelConfig:
     d_ff: int = 256
     dropout: float = 0.0
     tie_embeddings: bool = True
+    # the token embedding's initial N(0, std); None: 0.02 (every run before the setting)
+    embed_init_std: float | None = None
     attn_block_size: int = 256
     attention_kernel: str = "auto"  # bias encodings: auto (flex on CUDA), blocked or flex
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from posx.encodings.base import PositionalEncoding
+from posx.encodings.base import PositionalEncoding, table_init_std
 from posx.errors import ConfigError
 
 
@@ -28,17 +28,20 @@ class Abacus(PositionalEncoding):
     Args:
         d_model: Model width.
         max_index: Rows of the table (the paper: 100 + the training offset range).
+        init_std: Standard deviation of the table's normal initialisation; ``None``: 0.02
+            (what every run saved before the setting existed used); 1.0 is PyTorch's
+            ``nn.Embedding`` default.
     """
 
     needs_structure = True  # its rows are digit places: positions=abacus makes them
 
-    def __init__(self, d_model: int, max_index: int = 512) -> None:
+    def __init__(self, d_model: int, max_index: int = 512, init_std: float | None = None) -> None:
         super().__init__()
         if max_index <= 0:
             raise ConfigError(f"abacus encoding needs max_index > 0, got {max_index}")
         self.max_index = max_index
         self.table = nn.Embedding(max_index, d_model)
-        nn.init.normal_(self.table.weight, std=0.02)
+        nn.init.normal_(self.table.weight, std=table_init_std(init_std, "abacus encoding"))
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """``x [b, s, d]`` plus row ``pos`` (``[s]`` or ``[b, s]``, integer) of the table."""

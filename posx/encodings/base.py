@@ -16,8 +16,12 @@ from collections.abc import Hashable
 import torch
 from torch import Tensor, nn
 
+from posx.errors import ConfigError
 from posx.kernels.flex import ScoreMod
 from posx.kernels.memo import parameter_versions
+
+# GPT-2's embedding init: every learned position table's before `init_std` existed.
+TABLE_INIT_STD = 0.02
 
 
 class PositionalEncoding(nn.Module):
@@ -233,3 +237,27 @@ def exact_dtype(device: torch.device) -> torch.dtype:
     """float64 where the device has it (tables of phases stay exact at large positions);
     float32 on Apple MPS, which has no float64."""
     return torch.float32 if device.type == "mps" else torch.float64
+
+
+def table_init_std(init_std: float | None, what: str, key: str = "init_std") -> float:
+    """The standard deviation a learned table (positions, or the tokens') starts from.
+
+    Args:
+        init_std: The setting; ``None``: :data:`TABLE_INIT_STD`, so a run saved before the
+            setting existed builds (and fingerprints) as it did.
+        what: The table's owner, for the error (``learned encoding``).
+        key: The setting's name, for the error.
+
+    Returns:
+        A positive standard deviation.
+
+    Raises:
+        ConfigError: The setting is not a number > 0.
+    """
+    if init_std is None:
+        return TABLE_INIT_STD
+    if isinstance(init_std, bool) or not isinstance(init_std, int | float) or not init_std > 0:
+        raise ConfigError(
+            f"{what} needs {key} > 0 (1.0: PyTorch's embedding default), got {init_std!r}"
+        )
+    return float(init_std)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posx.encodings.base import PositionalEncoding
+from posx.encodings.base import PositionalEncoding, table_init_std
 
 
 class Learned(PositionalEncoding):
@@ -19,13 +19,20 @@ class Learned(PositionalEncoding):
         train_positions: How many positions training reaches (posx passes it: the training
             sequence's tokens, which a task counting digits makes more than ``train.length``,
             or more when the position strategy's IDs go past them).
+        init_std: Standard deviation of the table's normal initialisation; ``None``: 0.02
+            (GPT-2's, what every run saved before the setting existed used). 1.0 is PyTorch's
+            ``nn.Embedding`` default (docs/reproductions.md, arithmetic, measures both).
 
     Raises:
-        ValueError: Neither is given, or the table would be empty.
+        ValueError: Neither is given, the table would be empty, or ``init_std`` is not > 0.
     """
 
     def __init__(
-        self, d_model: int, max_len: int | None = None, train_positions: int | None = None
+        self,
+        d_model: int,
+        max_len: int | None = None,
+        train_positions: int | None = None,
+        init_std: float | None = None,
     ) -> None:
         super().__init__()
         max_len = train_positions if max_len is None else max_len
@@ -35,7 +42,7 @@ class Learned(PositionalEncoding):
             raise ValueError(f"learned encoding needs max_len > 0, got {max_len}")
         self.max_len = max_len
         self.table = nn.Embedding(max_len, d_model)
-        nn.init.normal_(self.table.weight, std=0.02)
+        nn.init.normal_(self.table.weight, std=table_init_std(init_std, "learned encoding"))
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         if pos.is_floating_point():

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posx.encodings.base import PositionalEncoding
+from posx.encodings.base import PositionalEncoding, table_init_std
 from posx.kernels.memo import forward_scope
 from posx.model.attention import causal_attention
 from posx.model.rules import check_kernel, head_dim
@@ -99,6 +99,10 @@ class TransformerLM(nn.Module):
         d_ff: MLP hidden width.
         dropout: Dropout on residual branches and embeddings.
         tie_embeddings: Share the token embedding with the output head.
+        embed_init_std: Standard deviation of the token embedding's normal initialisation;
+            ``None``: 0.02 (GPT-2's, as every other weight). 1.0 is PyTorch's ``nn.Embedding``
+            default, which a learned position table started at 1.0 needs beside it (the two
+            scales' ratio decides what the first layer reads: docs/reproductions.md).
         attn_block_size: Query block size on the biased attention path.
         attention_kernel: Kernel for bias encodings: ``auto`` (FlexAttention on CUDA, blocked
             elsewhere), ``blocked`` or ``flex`` (see :mod:`posx.model.attention`).
@@ -114,6 +118,7 @@ class TransformerLM(nn.Module):
         d_ff: int = 256,
         dropout: float = 0.0,
         tie_embeddings: bool = True,
+        embed_init_std: float | None = None,
         attn_block_size: int = 256,
         attention_kernel: str = "auto",
     ) -> None:
@@ -133,6 +138,11 @@ class TransformerLM(nn.Module):
         # Initialise the model's own weights only: encodings own their parameters' init.
         for module in (self.tok, self.blocks, self.norm, self.head):
             module.apply(self._init)
+        if (
+            embed_init_std is not None
+        ):  # drawn again only then: the default's draws stay as they were
+            std = table_init_std(embed_init_std, "model", "embed_init_std")
+            nn.init.normal_(self.tok.weight, std=std)
         for block in self.blocks:  # GPT-2: shrink residual projections with depth
             for proj in (block.attn.proj, block.out):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layers))

@@ -233,3 +233,13 @@ def test_an_extension_saved_before_its_lengths_were_recorded_keeps_its_fingerpri
         extend__parent="results/runs/base", extend__length=64, extend__parent_length=32
     )
     assert config_fingerprint(new) != config_fingerprint(chained)
+
+
+def test_a_run_saved_before_init_std_existed_keeps_its_fingerprint():
+    """encoding.init_std came later, null meaning the 0.02 every earlier table used: a config
+    without it and one with null are one experiment; another scale is another experiment."""
+    learned = {"_target_": "posx.encodings.learned.Learned", "_partial_": True, "max_len": None}
+    old, new, scaled = ({**BASE, "encoding": {**learned, **extra}} for extra in
+                        ({}, {"init_std": None}, {"init_std": 1.0}))  # fmt: skip
+    assert config_fingerprint(old) == config_fingerprint(new)
+    assert config_fingerprint(scaled) != config_fingerprint(old)
