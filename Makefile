@@ -12,12 +12,8 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.posx-installed
 
 .DEFAULT_GOAL := help
-<<<<<<< HEAD
-.PHONY: help install shakespeare demo test test-slow test-gpu lint format clean bench bench-eval bench-gpu
-=======
 .PHONY: help install shakespeare demo test test-slow test-gpu lint format clean bench bench-eval \
-	bench-extend-gpu gpu-deps
->>>>>>> wave5-46b
+	bench-gpu bench-extend-gpu gpu-deps
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -54,10 +50,9 @@ bench: $(STAMP) ## Training/eval tokens/s of every encoding vs plain PyTorch and
 bench-eval: $(STAMP) ## Evaluator time and peak memory of every encoding at 2k, 8k, 32k tokens; peak(32k)/peak(8k)
 	$(BIN)/python scripts/bench_eval.py $(BENCH_ARGS)
 
-<<<<<<< HEAD
 bench-gpu: $(STAMP) ## GPT-2-small shape on one GPU, every encoding vs plain SDPA: train 1k/4k, eval 16k/32k, in 8 min (tiny shapes on the CPU)
 	$(BIN)/python scripts/bench_gpu.py $(BENCH_ARGS)
-=======
+
 bench-extend-gpu: $(STAMP) ## posx extend hf: on Qwen2-0.5B/Llama-3.2-1B shapes at 8k, 16k: tok/s, peak vs estimate (CUDA; tiny on a CPU)
 	$(BIN)/python scripts/bench_extend_gpu.py $(BENCH_ARGS)
 
@@ -69,7 +64,6 @@ gpu-deps: ## Copy hydra, omegaconf and antlr4 (pure Python) into .gpu-deps/ for 
 	rm -rf .gpu-deps && mkdir -p .gpu-deps
 	cp -r $$($(BIN)/python -c "import os, hydra, omegaconf, antlr4; \
 		print(*(os.path.dirname(m.__file__) for m in (hydra, omegaconf, antlr4)))") .gpu-deps/
->>>>>>> wave5-46b
 
 lint: $(STAMP) ## ruff check + format check + import layers (import-linter contracts in pyproject.toml)
 	$(BIN)/ruff check posx tests scripts
