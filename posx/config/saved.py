@@ -56,8 +56,27 @@ def typed_config(
     return typed
 
 
+# Settings read only while training or when weights are first drawn: evaluation loads the
+# trained weights, so an eval-time override of one would change no number, yet label its rows as
+# a variant of the run (`learned+train.lr=5`). The training length and where it runs stay open.
+TRAINING_ONLY = ("train.", "seed", "extend.", "encoding.init_std", "model.embed_init_std")
+EVAL_READS = ("train.length", "train.device", "train.threads")
+
+
+def training_only(key: str) -> bool:
+    """Whether ``key`` is a setting evaluation never reads (:data:`TRAINING_ONLY`)."""
+    if key in EVAL_READS:
+        return False
+    return any(key == k.rstrip(".") or key.startswith(k if k.endswith(".") else f"{k}.")
+               for k in TRAINING_ONLY)  # fmt: skip
+
+
 def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """Eval-time ``key=value`` overrides on a run's config (e.g. ``encoding.base=50000``)."""
+    """Eval-time ``key=value`` overrides on a run's config (e.g. ``encoding.base=50000``).
+
+    Raises:
+        ConfigError: A bad override, an unknown key, or a setting only training reads.
+    """
     cfg = cfg.copy()
     OmegaConf.set_struct(cfg, True)  # a misspelled key is an error, not a silent new key
     try:
@@ -73,6 +92,13 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             hint = key_hint(cfg, o.key_or_group)
             reason = f": unknown setting '{o.key_or_group}'{hint}" if hint else f": {one_line(err)}"
             raise ConfigError(f"bad eval override {o.input_line!r}{reason}") from err
+        if training_only(o.key_or_group):  # a known key (an unknown one is refused above)
+            raise ConfigError(
+                f"bad eval override {o.input_line!r}: {o.key_or_group} is read only while "
+                "training (the evaluated weights are the run's trained ones), so it would change "
+                "no number; evaluate with encoding.*, eval.* or task.* settings, or train a run "
+                "with it"
+            )
     return cfg
 
 

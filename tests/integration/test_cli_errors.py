@@ -247,3 +247,17 @@ def test_an_encoding_setting_of_the_wrong_type_says_what_it_must_be(cli, copy_ru
     run = copy_run()
     assert_one_line_error(cli("eval", str(run), "--lengths", "32", setting), 2, text)
     assert_one_line_error(cli("train", f"root={run.parent}", "train.steps=1", setting), 2, text)
+
+
+@pytest.mark.parametrize("setting", ["train.lr=5", "seed=3", "train.steps=9",
+                                     "model.embed_init_std=1.0"])  # fmt: skip
+def test_an_eval_time_setting_only_training_reads_is_refused_without_a_row(cli, copy_run,
+                                                                           setting):  # fmt: skip
+    """It was accepted, evaluated the same weights and left a row `rope+train.lr=5` with the
+    run's own numbers: a variant that is none."""
+    run = copy_run()
+    before = (run / "eval.csv").read_text()
+    proc = cli("eval", str(run), "--lengths", "32", "--no-progress", setting)
+    key = setting.split("=")[0]
+    assert_one_line_error(proc, 2, f"bad eval override '{setting}': {key} is read only while")
+    assert (run / "eval.csv").read_text() == before
