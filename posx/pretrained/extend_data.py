@@ -12,7 +12,6 @@ rows, and a resumed run reads what an uninterrupted one would have.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from torch import Tensor
 
 from posx.errors import ConfigError
 from posx.positions.pose import pose_positions
+from posx.pretrained.text import describe_text
 from posx.tasks.corpora import load_corpus, shakespeare_corpus
 
 
@@ -90,12 +90,4 @@ def tokenize_held_in(tokenizer: Any, raw: bytes, corpus: str) -> TrainingText:
     """The held-in bytes in ``tokenizer``'s tokens (its defaults: a BOS first if it adds one)."""
     text = raw.decode("utf-8", errors="ignore")  # a character cut at the split is dropped
     ids = torch.tensor(tokenizer(text, verbose=False)["input_ids"], dtype=torch.int64)
-    encoded = text.encode()
-    describe = {
-        "corpus": corpus,
-        "train_bytes": len(encoded),
-        "train_sha256": hashlib.sha256(encoded).hexdigest()[:16],
-        "train_tokens": len(ids),
-        "bytes_per_token": round(len(encoded) / max(len(ids), 1), 4),
-    }
-    return TrainingText(ids, describe)
+    return TrainingText(ids, describe_text(corpus, "train", text, len(ids)))

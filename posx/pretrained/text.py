@@ -126,12 +126,17 @@ def tokenize_held_out(tokenizer: Any, raw: bytes, corpus: str) -> HeldOut:
     enc = tokenizer(text, return_offsets_mapping=True, verbose=False)
     ids = torch.tensor(enc["input_ids"], dtype=torch.int64)
     nbytes = torch.tensor(token_bytes(text, enc["offset_mapping"]), dtype=torch.int64)
+    return HeldOut(ids, nbytes, text, describe_text(corpus, "val", text, len(ids)))
+
+
+def describe_text(corpus: str, split: str, text: str, tokens: int) -> dict[str, Any]:
+    """What ``run.json`` records of a split's text: its corpus, bytes, SHA-256 (16 hex), tokens
+    and bytes per token, keys prefixed by ``split`` (``val_bytes``, ``train_bytes``)."""
     encoded = text.encode()
-    describe = {
+    return {
         "corpus": corpus,
-        "val_bytes": len(encoded),
-        "val_sha256": hashlib.sha256(encoded).hexdigest()[:16],
-        "val_tokens": len(ids),
-        "bytes_per_token": round(len(encoded) / max(len(ids), 1), 4),
+        f"{split}_bytes": len(encoded),
+        f"{split}_sha256": hashlib.sha256(encoded).hexdigest()[:16],
+        f"{split}_tokens": tokens,
+        "bytes_per_token": round(len(encoded) / max(tokens, 1), 4),
     }
-    return HeldOut(ids, nbytes, text, describe)
