@@ -30,6 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from posx.config.keys import at_or_below
 from posx.config.schema import PosxConfig
 from posx.runtime.precision import PRECISIONS, precision_name
 
@@ -148,7 +149,7 @@ def flat_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Scalar]:
 
 def is_identity_key(key: str) -> bool:
     """Whether ``key`` tells experiments apart (see :data:`NOT_IDENTITY`)."""
-    return not any(key == k or key.startswith(f"{k}.") for k in NOT_IDENTITY)
+    return not at_or_below(key, NOT_IDENTITY)
 
 
 def _known_precision(flat: Mapping[str, Scalar]) -> Scalar:

@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posx.config.fingerprint import RECORDED_PRECISION, data_identity
 from posx.config.hints import key_hint
+from posx.config.keys import at_or_below, override_key
 from posx.config.schema import EvalConfig, PosxConfig
 from posx.errors import ConfigError, PosxError, damaged_file, one_line
 from posx.runtime.precision import PRECISIONS
@@ -59,16 +60,13 @@ def typed_config(
 # Settings read only while training or when weights are first drawn: evaluation loads the
 # trained weights, so an eval-time override of one would change no number, yet label its rows as
 # a variant of the run (`learned+train.lr=5`). The training length and where it runs stay open.
-TRAINING_ONLY = ("train.", "seed", "extend.", "encoding.init_std", "model.embed_init_std")
+TRAINING_ONLY = ("train", "seed", "extend", "encoding.init_std", "model.embed_init_std")
 EVAL_READS = ("train.length", "train.device", "train.threads")
 
 
 def training_only(key: str) -> bool:
     """Whether ``key`` is a setting evaluation never reads (:data:`TRAINING_ONLY`)."""
-    if key in EVAL_READS:
-        return False
-    return any(key == k.rstrip(".") or key.startswith(k if k.endswith(".") else f"{k}.")
-               for k in TRAINING_ONLY)  # fmt: skip
+    return key not in EVAL_READS and at_or_below(key, TRAINING_ONLY)
 
 
 def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
@@ -111,7 +109,7 @@ def with_eval_defaults(cfg: DictConfig) -> DictConfig:
 
 def override_keys(overrides: Sequence[str]) -> set[str]:
     """The keys ``key=value`` overrides set (``+``/``~`` prefixes dropped)."""
-    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    return {override_key(o) for o in overrides}
 
 
 def recorded_eval_precision(

@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from posx.config.compose import compose
+from posx.config.keys import at_or_below, override_key
 from posx.config.paths import user_config_dirs
 from posx.errors import ConfigError, Interrupted, PosxError, PosxWarning
 from posx.runs.extend_length import PARENT_ONLY, Lengths, launch_lengths
@@ -28,7 +29,6 @@ from posx.runs.extend_methods import (
     TARGET,
     chosen_methods,
     method_keys,
-    override_key,
     refused_pairs,
     with_methods,
 )
@@ -175,7 +175,7 @@ def _set_by(key: str, keys: set[str]) -> bool:
     key, or one above it. A setting below it does not replace it: a method that sets
     ``encoding.scaling.type`` keeps the parent's ``encoding=alibi`` (dropping it composed the
     default encoding, RoPE, under the parent's ALiBi weights)."""
-    return any(key == k or key.startswith(f"{k}.") for k in keys)
+    return at_or_below(key, keys)
 
 
 def _kept(

@@ -17,17 +17,13 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from posx.config.keys import override_key
 from posx.config.paths import options
 from posx.errors import ConfigError
 
 GROUP = "extension"  # the methods: configs/extension/NAME.yaml
 TARGET = "encoding._target_"  # the one override that may replace the parent's encoding class
 _ABSENT = object()
-
-
-def override_key(override: str) -> str:
-    """``+a.b=1`` -> ``a.b``."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def method_keys(name: str, dirs: list[Path]) -> set[str]:
