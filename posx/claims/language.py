@@ -52,7 +52,7 @@ OPS = {">": ">", ">=": ">=", "≥": ">=", "<": "<", "<=": "<=", "≤": "<="}
 TOKEN = re.compile(r">=|<=|≥|≤|>|<|[^\s<>≥≤]+")
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+×=@\-]*")  # @: extensions, rope+yarn×4+ft@256
 NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-FACTOR = re.compile(r"(\d+)[x×]")
+FACTOR = re.compile(r"(\d+(\.\d+)?)[x×]")  # 4x, 1.5x
 ABSOLUTE = re.compile(r"L=(\d+)")
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -71,7 +71,7 @@ class Term:
     name: str | None = None
     number: float | None = None
     ratio: bool = False
-    factor: int | None = None  # NAME @Nx: read at N times its training length
+    factor: float | None = None  # NAME @Nx: read at N times its training length
     length: int | None = None  # NAME @L=N: read at eval length N
     offset: float = 0.0  # NAME + 0.1: a margin added to its value
 
@@ -82,7 +82,7 @@ class Term:
             return f"{self.number:g}"
         text = f"{self.name} ×r" if self.ratio else self.name
         if self.factor is not None:
-            return f"{text} @{self.factor}x"
+            return f"{text} @{self.factor:g}x"
         return f"{text} @L={self.length}" if self.length is not None else text
 
     def __str__(self) -> str:
@@ -99,7 +99,7 @@ class Statement:
     terms: tuple[Term, ...]
     ops: tuple[str, ...]
     mrr: bool = False
-    factor: int | None = None  # at Nx: N times each run's training length
+    factor: float | None = None  # at Nx: N times each run's training length (1.5x allowed)
     length: int | None = None  # at L=N: an absolute eval length
     metric: str | None = None  # by METRIC (None: the report's metric for the task)
     task: str | None = None  # on TASK
@@ -112,7 +112,7 @@ class Statement:
         """``at 4x`` / ``at L=256`` / ``past training`` (mrr)."""
         if self.mrr:
             return "past training"
-        return f"at {self.factor}x" if self.factor is not None else f"at L={self.length}"
+        return f"at {self.factor:g}x" if self.factor is not None else f"at L={self.length}"
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ def _clauses(rest: list[str], bad: Bad) -> dict[str, str]:
     return clauses
 
 
-def _at(clauses: dict[str, str], bad: Bad) -> tuple[int | None, int | None]:
+def _at(clauses: dict[str, str], bad: Bad) -> tuple[float | None, int | None]:
     """The ``at`` clause as (factor, length): ``at 4x`` is (4, None), ``at L=256`` (None, 256),
     no clause (None, None)."""
     if "at" not in clauses:
@@ -263,13 +263,13 @@ def _at(clauses: dict[str, str], bad: Bad) -> tuple[int | None, int | None]:
     return _length(clauses["at"], f"'at {clauses['at']}'", bad)
 
 
-def _length(value: str, what: str, bad: Bad) -> tuple[int | None, int | None]:
-    """``4x`` as (4, None), ``L=256`` as (None, 256)."""
-    if FACTOR.fullmatch(value) and int(value[:-1]) >= 1:
-        return int(value[:-1]), None
+def _length(value: str, what: str, bad: Bad) -> tuple[float | None, int | None]:
+    """``4x`` as (4, None), ``1.5x`` as (1.5, None), ``L=256`` as (None, 256)."""
+    if FACTOR.fullmatch(value) and float(value[:-1]) >= 1:
+        return float(value[:-1]), None
     if ABSOLUTE.fullmatch(value) and int(value[2:]) >= 1:
         return None, int(value[2:])
-    raise bad(f"{what}: give a multiple of the training length (4x) or L=N")
+    raise bad(f"{what}: give a multiple of the training length of at least 1 (4x, 1.5x) or L=N")
 
 
 def _check_clause_names(clauses: dict[str, str], bad: Bad) -> None:

@@ -117,12 +117,19 @@ def _measure(
     cells, seeds = summaries
     where = verdict.claim.statement.where()
     if term.factor is not None or term.length is not None:
-        where = "at " + (f"{term.factor}x" if term.factor is not None else f"L={term.length}")
+        where = "at " + (f"{term.factor:g}x" if term.factor is not None else f"L={term.length}")
     mine = cells[cells["variant"].astype(str) == term.name]
     here = _at_length(verdict, mine, term)
     ok = here[here["n"] > 0]
     if here.empty:
         verdict.reason = f"no rows of {term.name} {where} (labels: {_labels(cells)})"
+        factor = term.factor if term.factor is not None else verdict.claim.statement.factor
+        odd = sorted({int(n) for n in mine["train_length"] if factor and factor * n % 1})
+        if odd and term.length is None:
+            verdict.reason = (
+                f"{term.name} {where}: {factor:g} x its training length "
+                f"{', '.join(map(str, odd))} is not a whole length; train at a length it divides"
+            )
     elif ok.empty:
         first = here.iloc[0]
         verdict.reason = f"{term.name} {where}: {first['status']} {first['reason']}"

@@ -187,3 +187,35 @@ def test_runs_evaluated_before_their_last_step_are_left_out_unless_asked(tmp_pat
     shown = cli(*base)
     assert shown.returncode == 3 and "evaluated before their last step" in shown.stdout
     assert cli(*base, "--partial").returncode == 1
+
+
+def test_a_fractional_factor_reads_the_length_it_names(tmp_path: Path):
+    """``at 1.5x`` is 12 for runs trained at 8 (issue 45's claims at 1.5x the training digits);
+    at a training length it does not divide it says so instead of finding no rows."""
+    values = {  # exact match at 8, 12, 16 digits
+        "abacus": [[1.0, 0.95, 0.6], [1.0, 0.92, 0.55], [1.0, 0.97, 0.7]],
+        "rope": [[1.0, 0.02, 0.0], [1.0, 0.05, 0.0], [1.0, 0.0, 0.0]],
+    }
+    make_seed_tree(tmp_path / "results", values, task="arithmetic", train_length=8,
+                   lengths=(8, 12, 16))  # fmt: skip
+    claims = {
+        "at_1_5x": ("abacus >= 0.9 at 1.5x by exact_match", HOLDS),
+        "rope_1_5x": ("rope <= 0.1 at 1.5x by exact_match", HOLDS),
+        "own_factor": ("abacus @1.5x > rope @1.5x at 2x by exact_match", HOLDS),
+        "too_high": ("abacus >= 0.9 at 2x by exact_match", FAILS),
+    }
+    write_claims(tmp_path / "conf", "demo_claims", claims)
+    verdicts = {
+        v.claim.id: v for v in check_root(tmp_path / "results", [tmp_path / "conf"]).verdicts
+    }
+    for ident, (_, expected) in claims.items():
+        assert verdicts[ident].verdict == expected, (ident, verdicts[ident].reason)
+    assert verdicts["at_1_5x"].claim.statement.where() == "at 1.5x"
+
+    odd = tmp_path / "odd"
+    make_seed_tree(odd / "results", values, task="arithmetic", train_length=5,
+                   lengths=(5, 8, 10))  # fmt: skip
+    write_claims(odd / "conf", "demo_claims", {"at_1_5x": claims["at_1_5x"]})
+    (verdict,) = check_root(odd / "results", [odd / "conf"]).verdicts
+    assert verdict.verdict == INCONCLUSIVE
+    assert "1.5 x its training length 5 is not a whole length" in verdict.reason

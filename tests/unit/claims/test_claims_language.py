@@ -178,3 +178,17 @@ def test_every_claim_names_rows_its_preset_makes(name: str, path: Path, tmp_path
         labels |= _extension_labels(name, bases, tmp_path / "parent")
     for claim in claims:
         assert set(claim.statement.names) <= labels, (claim.id, labels)
+
+
+@pytest.mark.parametrize(
+    ("text", "factor"), [("rope <= 0.1 at 1.5x", 1.5), ("rope <= 0.1 at 2x", 2.0)]
+)
+def test_a_factor_may_be_fractional(text: str, factor: float):
+    statement = parse_statement(text)
+    assert statement.factor == factor
+    assert statement.where() == f"at {factor:g}x"
+
+
+def test_a_factor_below_one_is_refused():
+    with pytest.raises(ClaimError, match=r"at least 1 \(4x, 1.5x\)"):
+        parse_statement("rope <= 0.1 at 0.5x")
