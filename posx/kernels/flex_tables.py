@@ -129,7 +129,7 @@ def flex_scores_attention(scores: FlexScores, v: Tensor, compile: bool = True) -
     if scores.value_term is None:
         return causal_flex(q, k, v, scores.score_mod, compile, scores.scale)
     out, lse = causal_flex(q, k, v, scores.score_mod, compile, scores.scale, lse=True)
-    return (out.float() + scores.value_term(lse)).to(v.dtype)
+    return (_at_least_float32(out) + scores.value_term(lse)).to(v.dtype)
 
 
 def band_value_term(
@@ -167,21 +167,21 @@ def band_value_term(
         lse: Each query's log-sum-exp of its scores ``[b, h, s]``.
 
     Returns:
-        ``[b, h, s, d_v]`` float32.
+        ``[b, h, s, d_v]``, float32 (float64 for float64 inputs).
     """
     b, h, s, _ = q.shape
-    out = far_value.float().expand(b, h, s, -1).clone()
-    qf, kf, lse = q.float(), k.float(), lse.float()
-    values = value_rows.float()
+    qf, kf, lse = _at_least_float32(q), _at_least_float32(k), _at_least_float32(lse)
+    values = value_rows.to(qf.dtype)
+    out = far_value.to(qf.dtype).expand(b, h, s, -1).clone()
     for m in range(min(n, s)):  # key j = i - m of every query i >= m
         qp, kp = q_pos[..., m:], k_pos[..., : s - m]
         column = tables.column(qp, kp)  # [(b,) s - m]
         rows = per_batch(tables.query_rows[column], b)  # [b, s - m]
         logit = (qf[..., m:, :] * kf[..., : s - m, :]).sum(-1) * scale
-        logit = logit + _read(tables.query_table[..., m:, :], rows)
+        logit = logit + _read(tables.query_table[..., m:, :], rows).to(qf.dtype)
         if tables.key_table is not None and tables.key_rows is not None:
             key_rows = per_batch(tables.key_rows[column], b)
-            logit = logit + _read(tables.key_table[..., : s - m, :], key_rows)
+            logit = logit + _read(tables.key_table[..., : s - m, :], key_rows).to(qf.dtype)
         probs = (logit - lse[..., m:]).exp()  # [b, h, s - m]
         out[..., m:, :] += probs.unsqueeze(-1) * values[rows].unsqueeze(1)
     return out
@@ -193,6 +193,11 @@ def per_batch(index: Tensor, b: int) -> Tensor:
 
 
 def _read(table: Tensor, rows: Tensor) -> Tensor:
-    """``table [b, h, s, r]`` at row ``rows [b, s]`` of each query: ``[b, h, s]``, float32."""
+    """``table [b, h, s, r]`` at row ``rows [b, s]`` of each query: ``[b, h, s]``."""
     index = rows[:, None, :, None].expand(*table.shape[:-1], 1)
-    return torch.gather(table, -1, index).squeeze(-1).float()
+    return torch.gather(table, -1, index).squeeze(-1)
+
+
+def _at_least_float32(x: Tensor) -> Tensor:
+    """``x`` as float32, or as it is when wider (float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
