@@ -275,7 +275,15 @@ def causal_flex(
 
     Returns:
         ``out [b, h, sq, d_v]``, or ``(out, lse [b, h, sq])`` with ``lse``.
+
+    Raises:
+        NotImplementedError: ``lse`` compiled for a device other than CUDA: Inductor's CPU
+            FlexAttention returns none (torch 2.13), and says so only after compiling.
     """
+    if lse and compile and q.device.type != "cuda":
+        raise NotImplementedError(
+            f"FlexAttention compiled for {q.device.type} returns no log-sum-exp in this torch"
+        )
     mask = causal_block_mask(q.shape[-2], k.shape[-2], str(q.device))
     attend = _compiled_flex() if compile else flex_attention
     kwargs: dict[str, object] = {"score_mod": score_mod, "block_mask": mask, "scale": scale}

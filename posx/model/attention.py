@@ -163,9 +163,9 @@ def _flex_or_none(
         raise
     except Exception as err:  # noqa: BLE001 - whatever the compiler rejects: fall back once
         remember_flex_failure(encoding, err)
+        name = getattr(encoding, "owner_name", type(encoding).__name__)  # a layer's view: its owner
         warnings.warn(
-            f"FlexAttention failed for {type(encoding).__name__} ({type(err).__name__}); "
-            f"using {fallback} for it",
+            f"FlexAttention failed for {name} ({type(err).__name__}); using {fallback} for it",
             stacklevel=3,
         )
         return None
