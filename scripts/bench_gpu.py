@@ -22,6 +22,11 @@ docs/performance.md, the device named), and prints the table.
 
     python scripts/bench_gpu.py                       # CUDA if available, else tiny on the CPU
     python scripts/bench_gpu.py --encodings nope,rope,alibi,fire --budget 120
+    python scripts/bench_gpu.py --encodings shaw,shaw[flex],deberta,deberta[flex]
+
+``NAME[flex]`` is encoding NAME with ``model.attention_kernel=flex``: the opt-in FlexAttention
+routes of the encodings that compute attention themselves (:data:`FLEX_ROWS`), measured beside
+their default (``attend``) row; ``all`` includes them.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ CHEAP = {"nope", "rope"}  # training target 0.95; at 16x rope shares the bias en
 ALIBI_TIMES = 3.0  # every encoding at the longest eval length within 3x alibi's time
 PEAK_RATIO = 1.5  # peak(longest) / peak(base)
 FIRST = ["nope", "rope", "alibi"]  # run first: the budget spends itself on what matters most
+# Encodings with an opt-in FlexAttention route (``flex_scores``): each is also a row NAME[flex],
+# built with model.attention_kernel=flex, until this run says which kernel auto should take.
+FLEX_ROWS = ("deberta", "shaw", "transformer_xl")
 
 
 @dataclass(frozen=True)
@@ -88,12 +96,36 @@ def dims_overrides(shape: Shape) -> list[str]:
     ]
 
 
+def split_row(encoding: str) -> tuple[str, str]:
+    """A row's encoding and attention kernel: ``shaw[flex]`` -> ``("shaw", "flex")``, ``shaw``
+    -> ``("shaw", "auto")``."""
+    if encoding.endswith("]") and "[" in encoding:
+        name, kernel = encoding[:-1].split("[", 1)
+        return name, kernel
+    return encoding, "auto"
+
+
+def row_names(config_dir: Path) -> list[str]:
+    """Every row ``--encodings all`` runs: each encoding of ``config_dir/encoding/*.yaml``, and
+    ``NAME[flex]`` for each of :data:`FLEX_ROWS`."""
+    names = [p.stem for p in (Path(config_dir) / "encoding").glob("*.yaml")]
+    return sorted([*names, *(f"{e}[flex]" for e in FLEX_ROWS)])
+
+
 def posx_variant(shape: Shape, encoding: str) -> bench.Variant:
     from posx.config.build import build_model
     from posx.config.compose import compose
 
     length = max(shape.train_lengths)
-    cfg = compose([*dims_overrides(shape), f"encoding={encoding}", f"train.length={length}"])
+    name, kernel = split_row(encoding)
+    cfg = compose(
+        [
+            *dims_overrides(shape),
+            f"encoding={name}",
+            f"train.length={length}",
+            f"model.attention_kernel={kernel}",
+        ]
+    )
     model = build_model(cfg, bench.VOCAB)
     enc = model.encoding
     bias = enc.has_bias and not enc.has_attend
@@ -292,6 +324,11 @@ class EncodingCells:
                 self.add("peak", length, 1, result)
             else:
                 try:
+                    # Untimed first, as every cell: a compiled kernel's first call compiles, and
+                    # this call's time predicts the next length's (FlexAttention's compile in it
+                    # skipped deberta[flex]'s next cell on the CPU).
+                    for _ in range(self.args.warmup):
+                        bench.forward(v, tokens)
                     seconds, peak = peak_of(lambda t=tokens: bench.forward(v, t), dev)
                     result = {"seconds": seconds, "peak_mb": peak, "note": "peak only"}
                 except Exception as err:  # noqa: BLE001
@@ -476,8 +513,7 @@ def main() -> int:
     from posx.config.compose import CONFIG_DIR
     from posx.storage.results import write_csv
 
-    encodings = sorted(p.stem for p in (Path(CONFIG_DIR) / "encoding").glob("*.yaml"))
-    args = parse_args(encodings)
+    args = parse_args(row_names(CONFIG_DIR))
     if isinstance(args, str):
         print(f"bench_gpu: error: {args}", file=sys.stderr)
         return 2

@@ -94,7 +94,10 @@ NOT_IDENTITY: dict[str, str] = {
     "tests/unit/training/test_identity_keys.py::test_attn_block_size_does_not_change_a_run",
     "model.attention_kernel": "blocked or FlexAttention, the same numbers: "
     "tests/unit/training/test_identity_keys.py::test_attention_kernel_does_not_change_a_run, "
-    "tests/unit/model/test_attention_kernels.py::test_flex_score_mod_gradients_equal_blocked",
+    "tests/unit/model/test_attention_kernels.py::test_flex_score_mod_gradients_equal_blocked, "
+    "tests/unit/model/test_attention_flex_scores.py::"
+    "test_the_model_through_flex_attention_equals_the_default, "
+    "tests/unit/encodings/test_flex_scores.py::test_dense_flex_gradients_equal_attends",
     "train.max_memory": "a limit checked before training, read by nothing else: "
     "tests/unit/training/test_identity_keys.py::test_max_memory_does_not_change_a_run",
     "train.compile": "torch.compile of the same computation: "

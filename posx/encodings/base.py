@@ -3,10 +3,11 @@
 An encoding may touch the computation at four places; a subclass overrides only the hooks it
 needs, and the base class touches nothing (it *is* NoPE). Positions always arrive as explicit
 tensors (``[s]`` shared by the batch, or ``[b, s]``); no hook may assume ``pos == arange(s)``.
-A bias may also say how FlexAttention computes it (``score_mod``).
+A bias may also say how FlexAttention computes it (``score_mod``), and so may an encoding that
+computes attention itself (``flex_scores``).
 
-Attention asks ``has_bias`` / ``has_attend`` / ``has_score_mod`` to pick its kernel, so model
-code never branches on an encoding's name.
+Attention asks ``has_bias`` / ``has_attend`` / ``has_score_mod`` / ``has_flex_scores`` to pick
+its kernel, so model code never branches on an encoding's name.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import Tensor, nn
 
 from posx.errors import ConfigError
 from posx.kernels.flex import ScoreMod
+from posx.kernels.flex_tables import FlexScores
 from posx.kernels.memo import parameter_versions
 
 # GPT-2's embedding init: every learned position table's before `init_std` existed.
@@ -124,6 +126,31 @@ class PositionalEncoding(nn.Module):
         """
         raise NotImplementedError(f"{type(self).__name__} has no attention override")
 
+    def flex_scores(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor
+    ) -> FlexScores | None:
+        """``attend``'s computation as FlexAttention runs it, for an encoding whose scores
+        depend on content and distance through per-query (and per-key) tables
+        (:mod:`posx.kernels.flex_tables`); attention takes it where ``model.attention_kernel``
+        is ``flex`` and FlexAttention can run (on the CPU: without a gradient).
+
+        Must equal ``attend(q, k, v, q_pos, k_pos)``: ``FlexScores.q``, ``k`` (possibly wider
+        than ``v``), ``scale``, ``score_mod`` and ``value_term`` make the same scores and
+        output, with no ``[s, s]`` tensor.
+
+        Args:
+            q: Queries ``[b, h, s, d_h]``.
+            k: Keys ``[b, h, s, d_h]``.
+            v: Values ``[b, h, s, d_h]``.
+            q_pos: Query positions ``[s]`` or ``[b, s]``.
+            k_pos: Key positions ``[s]`` or ``[b, s]``.
+
+        Returns:
+            The scores, or ``None`` where these positions have no exact route (attention then
+            calls ``attend``).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no FlexAttention scores")
+
     def cache_key(self) -> Hashable:
         """What ``bias`` depends on besides positions; attention reuses bias blocks (across
         layers, and across steps when no gradient flows) while it is unchanged.
@@ -166,6 +193,10 @@ class PositionalEncoding(nn.Module):
     @property
     def has_score_mod(self) -> bool:
         return type(self).score_mod is not PositionalEncoding.score_mod
+
+    @property
+    def has_flex_scores(self) -> bool:
+        return type(self).flex_scores is not PositionalEncoding.flex_scores
 
     def unsupported_reason(self, length: int) -> str | None:
         """Says why ``length`` positions cannot be evaluated, or ``None`` when they can."""

@@ -21,6 +21,11 @@ back through one fused causal call and the nearer ones as a band
 (training in several blocks, other dtypes and devices) takes
 :func:`~posx.kernels.blocked.blocked_attend` with the same terms, and positions that are not
 consecutive gather each pair's row of the table.
+
+With ``model.attention_kernel=flex`` (opt-in) the same attention runs in FlexAttention
+(:meth:`DeBERTa.layer_flex_scores`): c2p as a per-query table ``q_i . K^r`` and p2c as a per-key
+table ``k_j . Q^r`` (``[b, h, s, 2 span]`` each), read by a ``score_mod`` at the rows of the
+pair's distance.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from posx.kernels.disentangled import (
     DisentangledAttention,
     shifted_terms,
 )
+from posx.kernels.flex_tables import FlexScores, RelativeTables, table_score_mod
 from posx.kernels.near_band import near_band_attend
 from posx.kernels.relative import (
     consecutive_positions,
@@ -173,6 +179,35 @@ class DeBERTa(PerLayer):
         return blocked_attend(
             v, scores, self.block_size, far=self._far(q, k, q_r, k_r, q_pos, k_pos, scale)
         )
+
+    def layer_flex_scores(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> FlexScores | None:
+        """Set ``layer``'s attention as FlexAttention runs it, at integer positions (else
+        ``None``: :meth:`layer_attend`).
+
+        c2p ``q_i . K^r`` and p2c ``k_j . Q^r`` for every row of the table, ``[b, h, s, 2 span]``
+        each (times the scale); the ``score_mod`` reads c2p at row ``delta(i, j)`` and p2c at
+        ``delta(j, i)``, both looked up by the distance ``i - j``, clamped to
+        ``+-far_distance`` (beyond it neither row changes).
+        """
+        if q_pos.is_floating_point() or k_pos.is_floating_point():
+            return None
+        projections = self.layers[layer]
+        rel = self.rel_embeddings.weight  # [2span, d]
+        k_r = self._heads(projections.key_proj(rel)).to(q.dtype)  # [h, 2span, d_h]
+        q_r = self._heads(projections.query_proj(rel)).to(q.dtype)
+        scale = (3 * q.shape[-1]) ** -0.5
+        reach = self.far_distance
+        distance = torch.arange(-reach, reach + 1, device=q.device)
+        tables = RelativeTables(
+            reach,
+            query_table=(q @ k_r.transpose(-1, -2)) * scale,  # c2p [b, h, s, 2span]
+            query_rows=self._c2p_rows(distance),
+            key_table=(k @ q_r.transpose(-1, -2)) * scale,  # p2c [b, h, s, 2span]
+            key_rows=self._p2c_rows(distance),
+        )
+        return FlexScores(q, k, scale, table_score_mod(q_pos, k_pos, tables))
 
     def _one_block(self, q: Tensor) -> bool:
         """Whether one query block (what :func:`blocked_attend` would make of the layer) holds

@@ -22,6 +22,7 @@ from collections.abc import Hashable
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, ScoreMod
+from posx.kernels.flex_tables import FlexScores
 
 
 class PerLayer(PositionalEncoding):
@@ -60,6 +61,12 @@ class PerLayer(PositionalEncoding):
         """Set ``layer``'s FlexAttention ``score_mod``; see :meth:`PositionalEncoding.score_mod`."""
         raise NotImplementedError(f"{type(self).__name__} has no FlexAttention score_mod")
 
+    def layer_flex_scores(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> FlexScores | None:
+        """Set ``layer``'s FlexAttention scores; see :meth:`PositionalEncoding.flex_scores`."""
+        raise NotImplementedError(f"{type(self).__name__} has no FlexAttention scores")
+
     def layer_rotate(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
     ) -> tuple[Tensor, Tensor]:
@@ -96,6 +103,11 @@ class PerLayer(PositionalEncoding):
     def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
         return self.layer_score_mod(q_pos, k_pos, self.set_index(None, "score_mod"))
 
+    def flex_scores(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor
+    ) -> FlexScores | None:
+        return self.layer_flex_scores(q, k, v, q_pos, k_pos, self.set_index(None, "flex_scores"))
+
     @property
     def has_bias(self) -> bool:
         return type(self).layer_bias is not PerLayer.layer_bias
@@ -107,6 +119,10 @@ class PerLayer(PositionalEncoding):
     @property
     def has_score_mod(self) -> bool:
         return type(self).layer_score_mod is not PerLayer.layer_score_mod
+
+    @property
+    def has_flex_scores(self) -> bool:
+        return type(self).layer_flex_scores is not PerLayer.layer_flex_scores
 
     def for_layer(self, index: int) -> PositionalEncoding:
         if not 0 <= index < self.n_layers:
@@ -140,7 +156,7 @@ class LayerView(PositionalEncoding):
         self.max_len = owner.max_len
         self.owner_name = type(owner).__name__
         self._has_bias, self._has_attend = owner.has_bias, owner.has_attend
-        self._has_score_mod = owner.has_score_mod
+        self._has_score_mod, self._has_flex_scores = owner.has_score_mod, owner.has_flex_scores
         self.relative_bias = owner.relative_bias  # FlexAttention's per-distance table applies
         # The owner's bound methods, not the owner: assigning a module would register it as a
         # child of its own view, a module cycle (owner -> view -> owner).
@@ -148,6 +164,7 @@ class LayerView(PositionalEncoding):
         self._layer_attend = owner.layer_attend
         self._layer_rotate = owner.layer_rotate
         self._layer_score_mod = owner.layer_score_mod
+        self._layer_flex_scores = owner.layer_flex_scores
         self._owner_cache_key = owner.cache_key
         self._owner_unsupported_reason = owner.unsupported_reason
 
@@ -163,6 +180,11 @@ class LayerView(PositionalEncoding):
     def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
         return self._layer_score_mod(q_pos, k_pos, self.index)
 
+    def flex_scores(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor
+    ) -> FlexScores | None:
+        return self._layer_flex_scores(q, k, v, q_pos, k_pos, self.index)
+
     @property
     def has_bias(self) -> bool:
         return self._has_bias
@@ -174,6 +196,10 @@ class LayerView(PositionalEncoding):
     @property
     def has_score_mod(self) -> bool:
         return self._has_score_mod
+
+    @property
+    def has_flex_scores(self) -> bool:
+        return self._has_flex_scores
 
     def cache_key(self) -> Hashable:
         return self._owner_cache_key()  # the weights are the owner's

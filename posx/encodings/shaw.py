@@ -9,6 +9,11 @@ paper), and attention becomes
 with ``a^K_ij = w^K_{clip(j - i, -k, k)}``. Every distance beyond ``k`` shares one vector, so the
 encoding is defined at any length. In a causal decoder ``j <= i``, so only the ``k + 1`` rows
 for ``r <= 0`` are ever used; the table keeps all ``2k + 1`` rows of the paper.
+
+With ``model.attention_kernel=flex`` (opt-in) the same attention runs in FlexAttention
+(:meth:`Shaw.layer_flex_scores`): ``q_i . w^K_r`` as a per-query table ``[b, h, s, 2k + 1]`` read
+by a ``score_mod``, the value term from the ``k`` nearest keys' probabilities and FlexAttention's
+log-sum-exp.
 """
 
 from __future__ import annotations
@@ -19,10 +24,17 @@ from torch import Tensor, nn
 from posx.encodings.per_layer import PerLayer
 from posx.kernels.band_terms import BandTerms
 from posx.kernels.blocked import FarKeys, blocked_attend, fused_lse_available
+from posx.kernels.flex_tables import (
+    FlexScores,
+    RelativeTables,
+    band_value_term,
+    table_score_mod,
+)
 from posx.kernels.near_band import near_band_attend
 from posx.kernels.relative import (
     consecutive_positions,
     gather_relative,
+    increasing_integer_positions,
     integer_distance,
     per_query,
 )
@@ -126,6 +138,35 @@ class Shaw(PerLayer):
             )
 
         return blocked_attend(v, scores, self.block_size, value_term, far)
+
+    def layer_flex_scores(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> FlexScores | None:
+        """Set ``layer``'s attention as FlexAttention runs it, at strictly increasing integer
+        positions (else ``None``: :meth:`layer_attend`).
+
+        The key term ``q_i . w^K_r`` is a per-query table ``[b, h, s, 2k + 1]`` (times the
+        scale) whose column ``clip(j - i, -k, k) + k`` the ``score_mod`` reads. The value term
+        ``sum_j p_ij w^V_r`` is ``w^V_0`` plus ``p_ij (w^V_r - w^V_0)`` over the ``k`` nearest
+        keys of each query (a key ``m`` indices back is at least ``m`` positions back, so every
+        further key has slot 0), their probabilities recomputed from FlexAttention's
+        log-sum-exp (:func:`band_value_term`).
+        """
+        if not increasing_integer_positions(q_pos, k_pos):
+            return None
+        w_k, w_v = self.layers[layer].w_k, self.layers[layer].w_v
+        k_max, scale = self.max_relative_position, q.shape[-1] ** -0.5
+        # column c = clamp(i - j, -k, k) + k holds slot clip(j - i, -k, k) + k = 2k - c
+        rows = torch.arange(2 * k_max, -1, -1, device=q.device)
+        tables = RelativeTables(k_max, (q @ w_k.to(q.dtype).T) * scale, rows)
+
+        def value_term(lse: Tensor) -> Tensor:
+            return band_value_term(
+                q, k, q_pos, k_pos, scale, tables, w_v - w_v[0], w_v[0], k_max, lse
+            )
+
+        score_mod = table_score_mod(q_pos, k_pos, tables)
+        return FlexScores(q, k, scale, score_mod, value_term)
 
     def _near_band(
         self, q: Tensor, k: Tensor, v: Tensor, tables: ShawTables, scale: float

@@ -20,6 +20,11 @@ distance) read back per pair, as Shaw's relative scores are. At consecutive posi
 case) each pair's column of that product is fixed by its offset from the diagonal, so it is read
 as a strided view (the paper code's "relative shift", without its padding and copy) instead of a
 gather.
+
+With ``model.attention_kernel=flex`` (opt-in) the feature form runs in FlexAttention
+(:meth:`TransformerXL.layer_flex_scores`): queries and keys ``d_h + r_dim`` wide, values
+``d_h``, no ``score_mod``; exact at any positions, memory linear in ``s``. (Distances are not
+bounded, so a per-query table by distance would be ``[s, s]``.)
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from posx.kernels.blocked import (
     blocked_bias_sdpa,
     sdpa_query_block,
 )
+from posx.kernels.flex_tables import FlexScores
 from posx.kernels.memo import PositionMemo
 from posx.kernels.relative import consecutive_positions, gather_relative, relative_shift
 
@@ -160,7 +166,7 @@ class TransformerXL(PerLayer):
         w_r = self.layers[layer].w_r  # [h, d_h, r_dim]
         span = distance_span(q_pos, k_pos)
         if span is None:
-            return self._feature_attend(q, k, v, q_pos, k_pos, u, v_bias, w_r)
+            return self._feature_attend(q, k, v, q_pos, k_pos, layer)
         # The scale folded into the queries (every term is linear in them) and keys transposed
         # once: per block, a scaling pass and a copy of the transposed key slice were measurable.
         scale = q.shape[-1] ** -0.5
@@ -193,6 +199,14 @@ class TransformerXL(PerLayer):
             return content.add_(gather_relative(rel, row - first)), None
 
         return blocked_attend(v, scores, self.block_size)
+
+    def layer_flex_scores(
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> FlexScores:
+        """Set ``layer``'s attention as FlexAttention runs it: the whole score as one dot
+        product of :meth:`_features` (``d_h + r_dim`` wide), at any positions."""
+        q2, k2 = self._features(q, k, q_pos, k_pos, layer)
+        return FlexScores(q2, k2, q.shape[-1] ** -0.5)
 
     def _shifted_scores(self, qu: Tensor, qv: Tensor, k_t: Tensor, w_r: Tensor) -> ScoresFn:
         """Block scores for consecutive positions: terms (b) + (d) as a shifted view.
@@ -254,17 +268,31 @@ class TransformerXL(PerLayer):
         return torch.einsum("nr,hdr->hdn", table, w_r.float()).to(dtype)
 
     def _feature_attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        q_pos: Tensor,
-        k_pos: Tensor,
-        u: Tensor,
-        v_bias: Tensor,
-        w_r: Tensor,
+        self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
     ) -> Tensor:
-        """Any (float) positions: the score as one ``d_h + r_dim`` wide dot product."""
+        """Any (float) positions: the score as one ``d_h + r_dim`` wide dot product,
+        query-blocked (a fused kernel needs ``v`` as wide as ``q2``: zero-padded, twice the
+        work of the value product; SDPA's math path would build the ``[b, h, s, s]`` scores)."""
+        q2, k2 = self._features(q, k, q_pos, k_pos, layer)
+        scale = q.shape[-1] ** -0.5
+
+        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+            return (q2[..., i0:i1, :] @ k2[..., j0:i1, :].transpose(-1, -2)) * scale, None
+
+        return blocked_attend(v, scores, self.block_size)
+
+    def _features(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int
+    ) -> tuple[Tensor, Tensor]:
+        """Queries ``[q + u, q_feat]`` and keys ``[k, k_feat]``, ``[b, h, s, d_h + r_dim]``
+        each in ``q``'s dtype, whose dot product is the four-term score (times ``sqrt(d_h)``).
+
+        ``q_feat`` and ``k_feat`` split terms (b) + (d), ``c_i . R_{i - j}`` with
+        ``c_i = W_R^T (q_i + v)``, by the angle-difference identities.
+        """
+        uv = 0 if self.share_uv else layer
+        u, v_bias = self.u[uv].to(q.dtype).unsqueeze(1), self.v[uv].to(q.dtype).unsqueeze(1)
+        w_r = self.layers[layer].w_r  # [h, d_h, r_dim]
         half = self.r_dim // 2
         c = (q.float() + v_bias.float()) @ w_r.float()  # [b, h, s, r_dim]
         c_sin, c_cos = c[..., :half], c[..., half:]
@@ -274,16 +302,9 @@ class TransformerXL(PerLayer):
         #                 + sin(j w)(c_cos sin(i w) - c_sin cos(i w))
         q_feat = torch.cat((c_sin * sin_i + c_cos * cos_i, c_cos * sin_i - c_sin * cos_i), -1)
         k_feat = torch.cat((cos_j, sin_j), -1).expand(*k.shape[:-1], self.r_dim)
-        # Query-blocked: a fused kernel needs v as wide as q2 (zero-padded, twice the work of
-        # the value product), and SDPA's math path would build the [b, h, s, s] scores.
         q2 = torch.cat((q + u, q_feat.to(q.dtype)), -1).contiguous()
         k2 = torch.cat((k, k_feat.to(k.dtype)), -1).contiguous()
-        scale = q.shape[-1] ** -0.5
-
-        def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
-            return (q2[..., i0:i1, :] @ k2[..., j0:i1, :].transpose(-1, -2)) * scale, None
-
-        return blocked_attend(v, scores, self.block_size)
+        return q2, k2
 
     def extra_repr(self) -> str:
         return f"r_dim={self.r_dim}, share_uv={self.share_uv}"

@@ -8,7 +8,8 @@ distance, into a ``[h, distances]`` table (with its autograd history), and the `
 indexes that table: exact for an encoding whose bias depends on ``q - k`` alone
 (``encoding.relative_bias``). An encoding whose bias reads more (FIRE: the query's own position)
 gives its own scalar ``score_mod`` (``encoding.score_mod``, see :mod:`posx.kernels.flex_mods`);
-any other bias keeps the blocked kernel.
+any other bias keeps the blocked kernel. Encodings that compute attention themselves may hand
+FlexAttention their scores too (``encoding.flex_scores``, :mod:`posx.kernels.flex_tables`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ try:  # FlexAttention arrived in torch 2.5; without it every bias takes the bloc
 except ImportError:  # pragma: no cover - depends on the installed torch
     FLEX_AVAILABLE = False
 
+try:  # torch >= 2.9 asks for the log-sum-exp this way (return_lse is deprecated there)
+    from torch.nn.attention.flex_attention import AuxRequest
+except ImportError:  # pragma: no cover - depends on the installed torch
+    AuxRequest = None
+
 
 class BiasEncoding(Protocol):
     """What FlexAttention reads of an encoding. :class:`posx.encodings.base.PositionalEncoding`
@@ -44,6 +50,9 @@ class BiasEncoding(Protocol):
 
     @property
     def has_score_mod(self) -> bool: ...
+
+    @property
+    def has_flex_scores(self) -> bool: ...
 
 
 # encoding -> why FlexAttention failed for it once (it then keeps the blocked kernel)
@@ -59,9 +68,13 @@ def flex_unsupported_reason(
     builds a per-head vector (it fails or, worse, compiles to wrong values). posx therefore
     evaluates the bias once per distance into a ``[h, distances]`` table and the ``score_mod``
     reads one entry, which is exact only for a bias of ``q - k`` alone (``relative_bias``).
+    An encoding that computes attention itself runs there only through its own
+    ``flex_scores`` (:mod:`posx.kernels.flex_tables`).
     """
     if not flex_available:
         return "this torch has no FlexAttention (it needs torch >= 2.5)"
+    if encoding.has_flex_scores:
+        return _FLEX_FAILED.get(encoding)
     if not encoding.has_bias:
         return f"{type(encoding).__name__} adds no attention bias"
     if not (encoding.relative_bias or encoding.has_score_mod):
@@ -235,6 +248,48 @@ def flex_bias_attention(
     if score_mod is None:
         table, lowest = distance_table(q_pos, k_pos, bias_fn)
         score_mod = flex_score_mod(q_pos, k_pos, table, lowest)
+    return causal_flex(q, k, v, score_mod, compile=compile)
+
+
+def causal_flex(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    score_mod: ScoreMod | None,
+    compile: bool = True,
+    scale: float | None = None,
+    lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Causal FlexAttention (the tile-built :func:`causal_block_mask`), compiled or not.
+
+    Args:
+        q: Queries ``[b, h, sq, e]``.
+        k: Keys ``[b, h, sk, e]``.
+        v: Values ``[b, h, sk, d_v]`` (``d_v`` may differ from ``e``).
+        score_mod: Added to every score after ``scale`` (``None``: none).
+        compile: The compiled fused kernel (``False``: FlexAttention's unfused reference,
+            which materialises the scores; for tests).
+        scale: Factor of ``q . k`` (``None``: ``1 / sqrt(e)``).
+        lse: Also return each query's log-sum-exp of its scores (natural log, float32; on
+            CUDA FlexAttention's backward differentiates it).
+
+    Returns:
+        ``out [b, h, sq, d_v]``, or ``(out, lse [b, h, sq])`` with ``lse``.
+
+    Raises:
+        NotImplementedError: ``lse`` compiled for a device other than CUDA: Inductor's CPU
+            FlexAttention returns none (torch 2.13), and says so only after compiling.
+    """
+    if lse and compile and q.device.type != "cuda":
+        raise NotImplementedError(
+            f"FlexAttention compiled for {q.device.type} returns no log-sum-exp in this torch"
+        )
     mask = causal_block_mask(q.shape[-2], k.shape[-2], str(q.device))
     attend = _compiled_flex() if compile else flex_attention
-    return attend(q, k, v, score_mod=score_mod, block_mask=mask)
+    kwargs: dict[str, object] = {"score_mod": score_mod, "block_mask": mask, "scale": scale}
+    if not lse:
+        return attend(q, k, v, **kwargs)
+    if AuxRequest is None:  # pragma: no cover - torch < 2.9
+        return attend(q, k, v, return_lse=True, **kwargs)
+    out, aux = attend(q, k, v, return_aux=AuxRequest(lse=True), **kwargs)
+    return out, aux.lse

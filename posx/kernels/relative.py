@@ -18,6 +18,14 @@ def consecutive_positions(q_pos: Tensor, k_pos: Tensor) -> bool:
     return torch.equal(q_pos, k_pos) and bool((q_pos.diff(dim=-1) == 1).all())
 
 
+def increasing_integer_positions(q_pos: Tensor, k_pos: Tensor) -> bool:
+    """Whether queries and keys are the same integer positions, strictly increasing per row
+    (gaps allowed): then a key ``m`` indices back is at least ``m`` positions back."""
+    if q_pos.is_floating_point() or not torch.equal(q_pos, k_pos):
+        return False
+    return bool((q_pos.diff(dim=-1) > 0).all())
+
+
 def relative_shift(rel: Tensor, keys: int) -> Tensor:
     """Reads a block's relative scores by distance as a view of a product over distances.
 

@@ -7,19 +7,25 @@
   the sequence length), or ``flex``: FlexAttention with a ``score_mod`` that reads the bias
   from a per-distance table (``encoding.relative_bias``), compiled into a fused kernel, so no
   ``[s, s]`` tensor exists;
-- ``attend``: the encoding's own computation.
+- ``attend``: the encoding's own computation, or, where it hands FlexAttention its scores
+  (``encoding.flex_scores``: per-query tables read by a ``score_mod``, see
+  :mod:`posx.kernels.flex_tables`) and ``flex`` is asked for, FlexAttention.
 
 The model carries the choice (``TransformerLM(attention_kernel=...)``, see :data:`KERNELS`):
-``auto`` takes ``flex`` on CUDA and ``blocked`` elsewhere; ``blocked`` never uses FlexAttention
-(the fallback should a bias not compile); ``flex`` uses it on any device where PyTorch can run
-it (on the CPU: forward only, since PyTorch has no FlexAttention backward there). A bias that
-FlexAttention cannot take gets the blocked kernel; :func:`flex_unsupported_reason` says why.
+``auto`` takes ``flex`` for a bias on CUDA and ``blocked`` elsewhere, and ``attend`` for an
+encoding that computes attention itself (its FlexAttention route is opt-in until a GPU run
+measures it against ``attend``: ``make bench-gpu``'s ``[flex]`` rows); ``blocked`` never uses
+FlexAttention (the fallback should a bias not compile); ``flex`` uses it on any device where
+PyTorch can run it (on the CPU: forward only, since PyTorch has no FlexAttention backward
+there). A bias that FlexAttention cannot take gets the blocked kernel;
+:func:`flex_unsupported_reason` says why.
 """
 
 from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +39,7 @@ from posx.kernels.flex import (
     flex_unsupported_reason,
     remember_flex_failure,
 )
+from posx.kernels.flex_tables import flex_scores_attention
 from posx.kernels.memo import PositionMemo
 from posx.model.rules import KERNELS, check_kernel
 
@@ -60,16 +67,19 @@ def choose_kernel(
 
     Returns:
         ``"attend"`` (the encoding's own), ``"sdpa"`` (fused causal, no bias), ``"flex"``
-        (FlexAttention ``score_mod``) or ``"blocked"`` (query-blocked SDPA with a bias).
+        (FlexAttention: a bias's ``score_mod``, or the ``flex_scores`` of an encoding that
+        computes attention itself) or ``"blocked"`` (query-blocked SDPA with a bias).
     """
     check_kernel(kernel)
+    flex_runs = not (needs_grad and device.type != "cuda")
+    flex_runs = flex_runs and flex_unsupported_reason(encoding, flex_available) is None
     if encoding.has_attend:
-        return "attend"
+        # Opt-in: auto keeps attend until a GPU measures both (scripts/bench_gpu.py's [flex]).
+        takes_flex = kernel == "flex" and encoding.has_flex_scores and flex_runs
+        return "flex" if takes_flex else "attend"
     if not encoding.has_bias:
         return "sdpa"
-    if kernel == "blocked" or float_positions:
-        return "blocked"
-    if (needs_grad and device.type != "cuda") or flex_unsupported_reason(encoding, flex_available):
+    if kernel == "blocked" or float_positions or not flex_runs:
         return "blocked"
     if kernel == "flex" or device.type == "cuda":
         return "flex"
@@ -104,24 +114,30 @@ def causal_attention(
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     floats = q_pos.is_floating_point() or k_pos.is_floating_point()
     chosen = choose_kernel(encoding, q.device, kernel, needs_grad, floats)
+    if chosen == "flex" and encoding.has_attend:
+
+        def own() -> Tensor | None:
+            scores = encoding.flex_scores(q, k, v, q_pos, k_pos)  # None: no exact route here
+            return None if scores is None else flex_scores_attention(scores, v)
+
+        out = _flex_or_none(encoding, "its own attention", own)
+        if out is not None:
+            return out
+        chosen = "attend"
     if chosen == "attend":
         return encoding.attend(q, k, v, q_pos, k_pos)
     q, k = encoding.rotate(q, k, q_pos, k_pos)
     if chosen == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if chosen == "flex":
-        try:
+
+        def flex() -> Tensor:
             own = encoding.score_mod(q_pos, k_pos) if encoding.has_score_mod else None
             return flex_bias_attention(q, k, v, q_pos, k_pos, encoding.bias, score_mod=own)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as err:  # noqa: BLE001 - a bias the compiler rejects: fall back once
-            remember_flex_failure(encoding, err)
-            warnings.warn(
-                f"FlexAttention failed for {type(encoding).__name__} ({type(err).__name__}); "
-                "using blocked attention for it",
-                stacklevel=2,
-            )
+
+        out = _flex_or_none(encoding, "blocked attention", flex)
+        if out is not None:
+            return out
     return blocked_bias_attention(
         q,
         k,
@@ -133,6 +149,26 @@ def causal_attention(
         _bias_memo(encoding),
         relative=encoding.relative_bias,
     )
+
+
+def _flex_or_none(
+    encoding: PositionalEncoding, fallback: str, run: Callable[[], Tensor | None]
+) -> Tensor | None:
+    """``run()``; where FlexAttention fails (a ``score_mod`` the compiler rejects, no C++
+    compiler), ``None``, said once, and the encoding keeps its other kernel from then on.
+    Running out of memory is raised: the other kernels would not fit either."""
+    try:
+        return run()
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever the compiler rejects: fall back once
+        remember_flex_failure(encoding, err)
+        name = getattr(encoding, "owner_name", type(encoding).__name__)  # a layer's view: its owner
+        warnings.warn(
+            f"FlexAttention failed for {name} ({type(err).__name__}); using {fallback} for it",
+            stacklevel=3,
+        )
+        return None
 
 
 # encoding -> its masked bias blocks, reused across layers (shared encodings) and steps

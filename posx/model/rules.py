@@ -5,7 +5,8 @@ any model is built, so they import nothing heavy; :mod:`posx.model.attention` an
 
 from __future__ import annotations
 
-#: Values of ``attention_kernel``: which kernel a bias encoding gets (others are fixed).
+#: Values of ``attention_kernel``: which kernel a bias encoding gets, and whether an encoding
+#: that computes attention itself takes its FlexAttention route (``flex`` only).
 KERNELS = ("auto", "blocked", "flex")
 
 

@@ -105,7 +105,8 @@ class TransformerLM(nn.Module):
             scales' ratio decides what the first layer reads: docs/reproductions.md).
         attn_block_size: Query block size on the biased attention path.
         attention_kernel: Kernel for bias encodings: ``auto`` (FlexAttention on CUDA, blocked
-            elsewhere), ``blocked`` or ``flex`` (see :mod:`posx.model.attention`).
+            elsewhere), ``blocked`` or ``flex`` (see :mod:`posx.model.attention`); ``flex`` also
+            takes the FlexAttention route of an encoding that computes attention itself.
     """
 
     def __init__(

@@ -127,3 +127,30 @@ def test_bad_arguments_are_one_line_errors(bench_gpu, tmp_path, monkeypatch, cap
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench_gpu: error:") and text in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_flex_rows_build_the_encoding_with_flex_attention(bench_gpu, monkeypatch, tmp_path):
+    """``NAME[flex]`` rows (in ``all``) build NAME with ``model.attention_kernel=flex``, beside
+    NAME's default row; they are exactly the encodings with an opt-in FlexAttention route."""
+    from posx.config.build import build_encoding
+    from posx.config.compose import CONFIG_DIR, compose
+
+    names = sorted(p.stem for p in (CONFIG_DIR / "encoding").glob("*.yaml"))
+    dims = ["model=tiny", "train.length=16"]
+    routes = [n for n in names if build_encoding(compose([f"encoding={n}", *dims])).has_flex_scores]
+    assert list(bench_gpu.FLEX_ROWS) == routes
+    assert bench_gpu.split_row("shaw[flex]") == ("shaw", "flex")
+    assert bench_gpu.split_row("shaw") == ("shaw", "auto")
+    shape = bench_gpu.TINY_SHAPES[0]
+    flex = bench_gpu.posx_variant(shape, "shaw[flex]")
+    default = bench_gpu.posx_variant(shape, "shaw")
+    assert flex.model.attention_kernel == "flex" and default.model.attention_kernel == "auto"
+    assert flex.encoding == "shaw[flex]" and flex.attend and not flex.bias
+    argv = [str(SCRIPT), "--encodings", "shaw[flex],nope", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    all_names = bench_gpu.row_names(CONFIG_DIR)
+    assert all_names == sorted([*names, *(f"{e}[flex]" for e in routes)])
+    args = bench_gpu.parse_args(all_names)
+    assert args.encodings == ["nope", "shaw[flex]"]
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT)])
+    assert {"shaw", "shaw[flex]", "deberta[flex]"} <= set(bench_gpu.parse_args(all_names).encodings)

@@ -136,6 +136,7 @@ def test_layer_views_own_nothing_and_stay_the_same(model):
             assert not list(layer.parameters()) and not list(layer.children())
             assert layer.has_bias == enc.has_bias and layer.has_attend == enc.has_attend
             assert layer.has_score_mod == enc.has_score_mod
+            assert layer.has_flex_scores == enc.has_flex_scores
     # Every parameter is registered once (the LM head's weight is the token embedding's).
     registered = len(list(model.named_parameters(remove_duplicate=False)))
     assert registered == len(list(model.parameters())) + (model.head.weight is model.tok.weight)

@@ -106,10 +106,9 @@ def test_integer_positions_take_the_distance_table_with_the_same_result(pos):
             p.copy_(torch.randn(p.shape, generator=gen))
     q, k, v = (torch.randn(2, H, S, D, generator=gen) for _ in range(3))
     assert distance_span(pos, pos) is not None
-    u, vb = enc.u[0].unsqueeze(1), enc.v[0].unsqueeze(1)
     with torch.no_grad():
         table = enc.attend(q, k, v, pos, pos)
-        feature = enc._feature_attend(q, k, v, pos, pos, u, vb, enc.layers[0].w_r)
+        feature = enc._feature_attend(q, k, v, pos, pos, layer=0)
     torch.testing.assert_close(table, feature, atol=1e-5, rtol=1e-5)
 
 
