@@ -44,7 +44,7 @@ def root(tmp_path_factory) -> Path:
 def test_runs_record_digits_and_the_operand_grid(root: Path):
     rows = pd.concat([pd.read_csv(p) for p in root.rglob("eval.csv")], ignore_index=True)
     labels = set(rows["encoding"])
-    assert labels == {"nope", "rope", "alibi", "fire", "rope+coupling", "abacus+abacus"}
+    assert labels == {"nope", "rope", "alibi", "fire", "fire+coupling", "abacus+abacus"}
     assert set(rows.loc[rows["task"] == "arithmetic_hints", "encoding"]) == {"fire"}
     assert set(rows["task"]) == {"arithmetic", "arithmetic_hints"} and len(rows) == 7 * 2
     assert set(rows["length_unit"]) == {"digits"} and set(rows["eval_length"]) == {3, 6}
@@ -66,7 +66,7 @@ def test_report_shows_digits_on_columns_and_axes(root: Path, tmp_path: Path):
     assert lengths and all("eval length (digits)" in text for text in lengths)
     operands = [text for name, text in svgs.items() if name.startswith("operands_arithmetic")]
     assert operands and "first operand (digits)" in operands[0]
-    assert "rope+coupling" in operands[0] and "rope" in operands[0]
+    assert "fire+coupling" in operands[0] and "rope" in operands[0]
     assert any("abacus+abacus" in text for text in operands)
 
 
