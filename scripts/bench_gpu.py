@@ -24,9 +24,17 @@ docs/performance.md, the device named), and prints the table.
     python scripts/bench_gpu.py --encodings nope,rope,alibi,fire --budget 120
     python scripts/bench_gpu.py --encodings shaw,shaw[flex],deberta,deberta[flex]
 
-``NAME[flex]`` is encoding NAME with ``model.attention_kernel=flex``: the opt-in FlexAttention
-routes of the encodings that compute attention themselves (:data:`FLEX_ROWS`), measured beside
-their default (``attend``) row; ``all`` includes them.
+A row ``NAME[VARIANT]`` is encoding NAME built another way, measured beside NAME's own row
+(:data:`VARIANTS`); ``all`` includes each of :data:`VARIANT_ROWS`:
+
+- ``[flex]``: ``model.attention_kernel=flex``, the opt-in FlexAttention routes of the
+  encodings that compute attention themselves (:data:`FLEX_ROWS`);
+- ``[fused]``: RoPE's fused rotation (``RoPE.fused_rotation``: one compiled kernel per tensor);
+- ``[compile]``: the model under ``torch.compile`` (what ``train.compile=true`` does in
+  training), and ``[graphs]``: ``torch.compile(mode="reduce-overhead")``, CUDA graphs; on the
+  small shape only (a launch-bound model), :data:`COMPILE_ROWS`. Compiling happens in each
+  cell's warm-up call, untimed. ``--compile-backend eager`` runs dynamo without Inductor (the
+  CPU test's quick run).
 """
 
 from __future__ import annotations
@@ -57,6 +65,25 @@ FIRST = ["nope", "rope", "alibi"]  # run first: the budget spends itself on what
 # Encodings with an opt-in FlexAttention route (``flex_scores``): each is also a row NAME[flex],
 # built with model.attention_kernel=flex, until this run says which kernel auto should take.
 FLEX_ROWS = ("deberta", "shaw", "transformer_xl")
+# Encodings with RoPE's fused rotation (opt-in): rows NAME[fused].
+FUSED_ROWS = ("rope",)
+# The compiled model (train.compile's torch.compile) and CUDA graphs on the launch-bound small
+# shape: rows NAME[compile] and NAME[graphs], until this run says whether either pays.
+COMPILE_ROWS = ("nope", "rope")
+COMPILE_SHAPES = ("small",)
+# A row's variant -> what it changes: a setting of the config, or a change to the built model.
+VARIANTS = {
+    "auto": "the default",
+    "flex": "model.attention_kernel=flex",
+    "fused": "RoPE.fused_rotation = True",
+    "compile": "torch.compile(model)",
+    "graphs": 'torch.compile(model, mode="reduce-overhead")',
+}
+VARIANT_ROWS = (
+    *(f"{e}[flex]" for e in FLEX_ROWS),
+    *(f"{e}[fused]" for e in FUSED_ROWS),
+    *(f"{e}[{v}]" for e in COMPILE_ROWS for v in ("compile", "graphs")),
+)
 
 
 @dataclass(frozen=True)
@@ -97,27 +124,57 @@ def dims_overrides(shape: Shape) -> list[str]:
 
 
 def split_row(encoding: str) -> tuple[str, str]:
-    """A row's encoding and attention kernel: ``shaw[flex]`` -> ``("shaw", "flex")``, ``shaw``
-    -> ``("shaw", "auto")``."""
+    """A row's encoding and variant (:data:`VARIANTS`): ``shaw[flex]`` -> ``("shaw", "flex")``,
+    ``shaw`` -> ``("shaw", "auto")``."""
     if encoding.endswith("]") and "[" in encoding:
-        name, kernel = encoding[:-1].split("[", 1)
-        return name, kernel
+        name, variant = encoding[:-1].split("[", 1)
+        return name, variant
     return encoding, "auto"
 
 
 def row_names(config_dir: Path) -> list[str]:
     """Every row ``--encodings all`` runs: each encoding of ``config_dir/encoding/*.yaml``, and
-    ``NAME[flex]`` for each of :data:`FLEX_ROWS`."""
+    each of :data:`VARIANT_ROWS`."""
     names = [p.stem for p in (Path(config_dir) / "encoding").glob("*.yaml")]
-    return sorted([*names, *(f"{e}[flex]" for e in FLEX_ROWS)])
+    return sorted([*names, *VARIANT_ROWS])
 
 
-def posx_variant(shape: Shape, encoding: str) -> bench.Variant:
+def runs_on(shape: Shape, row: str) -> bool:
+    """Whether ``row`` is measured on ``shape``: compiled rows on :data:`COMPILE_SHAPES` only."""
+    return split_row(row)[1] not in ("compile", "graphs") or shape.name in COMPILE_SHAPES
+
+
+def compiled(model: torch.nn.Module, variant: str, backend: str) -> torch.nn.Module:
+    """``model`` as row variant ``variant`` runs it: itself, ``torch.compile(model)``
+    (``compile``) or with CUDA graphs (``graphs``: mode ``reduce-overhead``, Inductor only).
+
+    Args:
+        model: The built posx model.
+        variant: One of :data:`VARIANTS`.
+        backend: ``torch.compile``'s backend (``inductor``; ``eager``: dynamo alone).
+    """
+    if variant not in ("compile", "graphs"):
+        return model
+    mode = "reduce-overhead" if variant == "graphs" and backend == "inductor" else None
+    return torch.compile(model, backend=backend, mode=mode)
+
+
+def posx_variant(shape: Shape, encoding: str, backend: str = "inductor") -> bench.Variant:
+    """The posx model of row ``encoding`` (``NAME`` or ``NAME[VARIANT]``) at ``shape``.
+
+    Args:
+        shape: The model shape.
+        encoding: The row.
+        backend: ``torch.compile``'s backend for ``[compile]`` and ``[graphs]`` rows.
+    """
     from posx.config.build import build_model
     from posx.config.compose import compose
 
     length = max(shape.train_lengths)
-    name, kernel = split_row(encoding)
+    name, variant = split_row(encoding)
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown row variant [{variant}]; choose from {', '.join(VARIANTS)}")
+    kernel = "flex" if variant == "flex" else "auto"
     cfg = compose(
         [
             *dims_overrides(shape),
@@ -128,12 +185,19 @@ def posx_variant(shape: Shape, encoding: str) -> bench.Variant:
     )
     model = build_model(cfg, bench.VOCAB)
     enc = model.encoding
+    if variant == "fused":
+        if not hasattr(enc, "fused_rotation"):
+            raise ValueError(f"{name} has no fused rotation (RoPE.fused_rotation)")
+        enc.fused_rotation = True
     bias = enc.has_bias and not enc.has_attend
+    model = compiled(model, variant, backend)
     return bench.Variant(f"posx/{encoding}", encoding, model, enc.max_len, bias, enc.has_attend)
 
 
 def kind(encoding: str, bias: bool) -> str:
-    return "cheap" if encoding in CHEAP else "bias" if bias else "other"
+    """The row's kind of target, ``cheap``, ``bias`` or ``other``: its encoding's."""
+    name = split_row(encoding)[0]
+    return "cheap" if name in CHEAP else "bias" if bias else "other"
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -240,7 +304,7 @@ class EncodingCells:
     def run(self) -> list[dict]:
         shape, dev = self.shape, self.args.device
         try:
-            self.v = posx_variant(shape, self.v.encoding)
+            self.v = posx_variant(shape, self.v.encoding, self.args.compile_backend)
             self.v.model.to(dev)
         except Exception as err:  # noqa: BLE001 - one encoding that does not build is its row
             for length in shape.train_lengths:
@@ -482,6 +546,8 @@ def parse_args(all_encodings: list[str]) -> argparse.Namespace | str:
     p.add_argument("--sample-seconds", type=float, default=0.05, help="least time of a sample")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--out", default=None, help="output dir (default results/bench_gpu/<time>)")
+    p.add_argument("--compile-backend", default="inductor", choices=("inductor", "eager"),
+                   help="torch.compile's backend of [compile] and [graphs] rows")  # fmt: skip
     args = p.parse_args()
     names = [e for e in args.encodings.split(",") if e]
     args.encodings = all_encodings if args.encodings == "all" else names
@@ -529,13 +595,14 @@ def main() -> int:
     rows: list[dict] = []
     shares = sum(s.budget_share for s in shapes)
     for shape in shapes:
-        cells_ = (len(shape.train_lengths) + len(shape.eval_lengths) + 1) * len(args.encodings)
+        rows_here = [e for e in args.encodings if runs_on(shape, e)]
+        cells_ = (len(shape.train_lengths) + len(shape.eval_lengths) + 1) * len(rows_here)
         seconds = args.budget * shape.budget_share / shares
         budget = Budget(time.perf_counter() + seconds, cells_)
         torch.manual_seed(0)
         reference = bench.Variant("reference", "-", bench.Reference(shape.dims).to(args.device))
         reference.optimizer = torch.optim.AdamW(reference.model.parameters(), lr=1e-4)
-        for enc in args.encodings:
+        for enc in rows_here:
             rows += EncodingCells(shape, reference, enc, budget, args).run()
             print(f"  {shape.name} {enc:16s} done, {budget.left():.0f} s left")
             sys.stdout.flush()

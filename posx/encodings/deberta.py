@@ -39,10 +39,9 @@ from posx.encodings.deberta_buckets import deberta_index, saturation_distance
 from posx.encodings.per_layer import PerLayer
 from posx.kernels.band_terms import BandTerms
 from posx.kernels.blocked import (
-    ATTEND_BLOCK_ELEMENTS,
-    MAX_BLOCK_ELEMENTS,
     FarKeys,
     ScoresFn,
+    block_budget,
     blocked_attend,
     query_block,
 )
@@ -157,7 +156,7 @@ class DeBERTa(PerLayer):
         # when it fits the block budget; per block it was recomputed for all 2span rows over
         # keys that the next blocks' bands share. Key-major, each key's gather reads one row.
         b, h, s, _ = k.shape
-        fits = b * h * q_r.shape[-2] * s <= MAX_BLOCK_ELEMENTS
+        fits = b * h * q_r.shape[-2] * s <= block_budget(k.device).bias
         p2c_all = k @ q_r_scaled.transpose(-1, -2) if fits else None
 
         def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
@@ -213,7 +212,8 @@ class DeBERTa(PerLayer):
         """Whether one query block (what :func:`blocked_attend` would make of the layer) holds
         every query: then :class:`DisentangledAttention` takes it."""
         b, h, s, _ = q.shape
-        return query_block(self.block_size, b, h, s, ATTEND_BLOCK_ELEMENTS) >= s
+        budget = block_budget(q.device)
+        return query_block(budget.queries(self.block_size), b, h, s, budget.attend) >= s
 
     def _distance_rows(self, s: int, k_r: Tensor, q_r_scaled: Tensor) -> tuple[Tensor, Tensor]:
         """``K^r`` at distances ``s - 1`` down to ``-1`` and ``Q^r`` (scaled) at ``0`` up to

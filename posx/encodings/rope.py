@@ -25,7 +25,7 @@ from posx.encodings.base import PositionalEncoding, as_float, exact_dtype, relat
 from posx.encodings.rope_scaling import RopeScaling, base_inv_freq, scaled_inv_freq
 from posx.kernels.blocked import FarKeys, blocked_attend
 from posx.kernels.memo import PositionMemo
-from posx.kernels.rotary import Turn
+from posx.kernels.rotary import Turn, fused_available, fused_turn
 
 
 class RoPE(PositionalEncoding):
@@ -48,6 +48,12 @@ class RoPE(PositionalEncoding):
     #: are kept up to 4 MiB each; beyond (evaluation at tens of thousands of positions) the
     #: broadcast one is used, so memory stays that of the ``[s, r/2]`` table.
     head_form_elements: int = 2**19
+    #: The fused rotation (opt-in, issue 47): on CUDA, q and k each rotated by one compiled
+    #: kernel (:func:`posx.kernels.rotary.fused_turn`) instead of the eager route's several,
+    #: which launch-bound GPU steps pay for. Off until ``make bench-gpu``'s ``rope[fused]`` row
+    #: measures it against ``rope``; set it on the encoding (``model.encoding.fused_rotation =
+    #: True``). No effect on other devices; should the compiler fail, said once, eager again.
+    fused_rotation: bool = False
 
     def __init__(
         self,
@@ -170,12 +176,38 @@ class RoPE(PositionalEncoding):
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         seq_len = self._dynamic_len(q_pos, k_pos)
+        if self.fused_rotation and fused_available(q.device):
+            fused = self._fused_rotate(q, k, q_pos, k_pos, seq_len)
+            if fused is not None:
+                return fused
         q_rot = self._rotation_at(q_pos, seq_len, q.dtype, q.shape[1])
         same = k_pos is q_pos and k.dtype == q.dtype and k.shape[1] == q.shape[1]
         k_rot = q_rot if same else self._rotation_at(k_pos, seq_len, k.dtype, k.shape[1])
         if len(q_rot) == 1 or len(k_rot) == 1:  # the real (bf16) form
             return self.turn_with(q, q_rot[0]), self.turn_with(k, k_rot[0])
         return Turn.apply(q, k, q_rot, k_rot, self.rot_dim, self.attn_scale)
+
+    def _fused_rotate(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None
+    ) -> tuple[Tensor, Tensor] | None:
+        """The queries and keys ``[b, h, s, d_h]`` rotated by the fused route (one kernel
+        each), or ``None`` where it failed to compile (:func:`~posx.kernels.rotary.fused_turn`).
+        """
+
+        def cos_sin(pos: Tensor) -> tuple[Tensor, Tensor]:
+            def compute() -> tuple[Tensor, Tensor]:  # [(b,) 1, s, r/2] float32
+                cos, sin = self.cos_sin(pos, seq_len)
+                axis = pos.dim() - 1  # the head axis, just before the sequence's
+                return cos.unsqueeze(axis), sin.unsqueeze(axis)
+
+            key = ("fused", seq_len, self._table_version)
+            return self._memo.get(key, (pos,), compute)
+
+        q_cs = cos_sin(q_pos)
+        k_cs = q_cs if k_pos is q_pos else cos_sin(k_pos)
+        q_out = fused_turn(q, *q_cs, self.rot_dim, self.attn_scale)
+        k_out = None if q_out is None else fused_turn(k, *k_cs, self.rot_dim, self.attn_scale)
+        return None if k_out is None else (q_out, k_out)
 
     def _rotation_at(
         self, pos: Tensor, seq_len: int | None, dtype: torch.dtype, heads: int

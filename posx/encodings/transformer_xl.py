@@ -177,7 +177,7 @@ class TransformerXL(PerLayer):
         )
         if consecutive and not needs_grad:  # evaluation: terms (b) + (d) as SDPA's mask
             b, h, s, _ = q.shape
-            step = sdpa_query_block(self.block_size, b, h, s)
+            step = sdpa_query_block(self.block_size, b, h, s, q.device)
             bias = self._shifted_bias(qv, s, w_r, step)
             return blocked_bias_sdpa(qu, k, v, bias, self.block_size, 1.0, step)
         k_t = k.transpose(-1, -2).contiguous()  # [b, h, d_h, s]

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posx.kernels.blocked import future_bias, query_block
+from posx.kernels.blocked import block_budget, future_bias, query_block
 from posx.kernels.flex import bias_per_distance
 from posx.kernels.memo import PositionMemo
 from posx.kernels.relative import consecutive_positions, distance_block
@@ -38,7 +38,8 @@ def blocked_bias_attention(
     Query block ``[i0, i1)`` only sees keys ``[0, i1)``, so each SDPA call gets a
     ``[(b,) h, i1 - i0, i1]`` bias and the full ``s x s`` matrix never exists. The block holds
     at most ``block_size`` queries and fewer at long lengths (see :func:`query_block`), so the
-    largest temporary is bounded and memory grows linearly with ``s``.
+    largest temporary is bounded and memory grows linearly with ``s``. On CUDA the device's
+    budget alone sizes the blocks (:func:`~posx.kernels.blocked.block_budget`).
 
     Args:
         q: Queries ``[b, h, s, d_h]``.
@@ -61,7 +62,8 @@ def blocked_bias_attention(
     if block_size <= 0:
         raise ValueError(f"attention block_size must be positive, got {block_size}")
     b, h, s, _ = q.shape
-    step = query_block(block_size, b, h, s)
+    budget = block_budget(q.device)
+    step = query_block(budget.queries(block_size), b, h, s, budget.bias)
     by_distance = relative and consecutive_positions(q_pos, k_pos)
     table: Tensor | None = None  # made at the first block the memo does not hold
     outputs = []

@@ -2,10 +2,10 @@
 
 Query block ``[i0, i1)`` only sees keys ``[0, i1)``, so one block's logits are at most
 ``[b, h, i1 - i0, i1]`` and the full ``s x s`` matrix never exists. The block shrinks at long
-lengths so that one block's logits stay under :data:`ATTEND_BLOCK_ELEMENTS` (see
-:func:`query_block`): memory grows linearly with the length. The encoding supplies the block's
-logits and, optionally, an extra value term computed from the block's attention probabilities
-(Shaw et al.'s ``a^V``).
+lengths so that one block's logits stay under a budget of elements (see :func:`query_block`;
+the budgets per device: :func:`block_budget`): memory grows linearly with the length. The
+encoding supplies the block's logits and, optionally, an extra value term computed from the
+block's attention probabilities (Shaw et al.'s ``a^V``).
 
 Far keys. Relative encodings with a clipping distance (Shaw, DeBERTa) give every pair further
 apart than it the same relative term: its logit is the content score of (possibly shifted)
@@ -41,6 +41,16 @@ MAX_BLOCK_ELEMENTS = 2**22
 ATTEND_BLOCK_ELEMENTS = 2**20
 # The fused path's block (:func:`sdpa_query_block`): its bias is read once, by the kernel.
 SDPA_BLOCK_ELEMENTS = 2**19
+# On CUDA a block loop is bound by kernel launches (a few per block), not by a cache: blocks are
+# as large as this share of the device's memory allows, whatever the model's block_size. The
+# budget is a constant of the device, so memory stays linear in the length (a long evaluation's
+# blocks all reach it; peak(32k) / peak(8k) <= 1.5 is `make bench-gpu`'s check).
+CUDA_MEMORY_FRACTION = 1 / 64
+# Bytes of live temporaries per element of one block's [b, h, block, keys] scores: float32
+# logits and up to three tensors of the same size beside them (terms, probabilities, a mask).
+CUDA_BYTES_PER_ELEMENT = 16
+# Most queries per block where the budget, not ``block_size``, decides (CUDA): any length.
+UNCAPPED_QUERIES = 2**31 - 1
 
 # (i0, i1, j0) -> (logits [b, h, i1 - i0, i1 - j0] of queries [i0, i1) and keys [j0, i1),
 # before masking, in a tensor of its own: the kernel masks it in place; a context handed to
@@ -78,11 +88,62 @@ class FarKeys:
     value_offset: Tensor | None = None
 
 
+@dataclass(frozen=True)
+class BlockBudget:
+    """How large one query block may be on a device: elements of ``[b, h, block, keys]``.
+
+    Attributes:
+        bias: The blocked bias kernel's bias (CPU: :data:`MAX_BLOCK_ELEMENTS`).
+        attend: :func:`blocked_attend`'s logits (CPU: :data:`ATTEND_BLOCK_ELEMENTS`).
+        sdpa: :func:`blocked_bias_sdpa`'s fresh bias per block (CPU: :data:`SDPA_BLOCK_ELEMENTS`).
+        cope: CoPE's explicit blocks (CPU: a quarter of ``attend``, see ``cope_layer``).
+        uncapped: Whether the budget alone sizes a block (CUDA): the caller's ``block_size``,
+            a CPU cache setting, then does not cap it (see :meth:`queries`).
+    """
+
+    bias: int
+    attend: int
+    sdpa: int
+    cope: int
+    uncapped: bool = False
+
+    def queries(self, block_size: int) -> int:
+        """Most queries per block for a caller's ``block_size``: itself on the CPU; on CUDA
+        :data:`UNCAPPED_QUERIES` (the element budget decides)."""
+        return UNCAPPED_QUERIES if self.uncapped else block_size
+
+
+def block_budget(device: torch.device) -> BlockBudget:
+    """The query-block budgets on ``device``.
+
+    On the CPU the module's constants (read when called), tuned for a core's cache: every CPU
+    route and timing is unchanged. On CUDA, where each block costs a few kernel launches, one
+    budget for every kernel: :data:`CUDA_MEMORY_FRACTION` of the device's total memory over
+    :data:`CUDA_BYTES_PER_ELEMENT`, rounded down to a power of two and at least the CPU's
+    (e.g. 2^26 elements, 1 GiB of temporaries, on an 80 GB H100; 2^27 on a 141 GB H200). Total
+    memory, not what is free now: the same device always gets the same blocks.
+
+    Args:
+        device: Where the blocks are computed.
+
+    Returns:
+        The device's :class:`BlockBudget`.
+    """
+    if device.type != "cuda":
+        attend = ATTEND_BLOCK_ELEMENTS
+        return BlockBudget(MAX_BLOCK_ELEMENTS, attend, SDPA_BLOCK_ELEMENTS, attend // 4)
+    total = torch.cuda.get_device_properties(device).total_memory
+    share = int(total * CUDA_MEMORY_FRACTION) // CUDA_BYTES_PER_ELEMENT
+    elements = max(MAX_BLOCK_ELEMENTS, 1 << max(0, share.bit_length() - 1))
+    return BlockBudget(elements, elements, elements, elements // 4, uncapped=True)
+
+
 def query_block(
     block_size: int, batch: int, heads: int, keys: int, budget: int | None = None
 ) -> int:
     """Queries per block: ``block_size``, or fewer so ``[b, h, block, keys]`` fits ``budget``
-    elements (default :data:`MAX_BLOCK_ELEMENTS`)."""
+    elements (default :data:`MAX_BLOCK_ELEMENTS`). Callers pass the budget and the
+    ``block_size`` of their device (:func:`block_budget`, :meth:`BlockBudget.queries`)."""
     budget = MAX_BLOCK_ELEMENTS if budget is None else budget
     return max(1, min(block_size, budget // max(1, batch * heads * keys)))
 
@@ -129,7 +190,8 @@ def blocked_attend(
         v: Values ``[b, h, s, d_h]``.
         scores_fn: The block's scaled logits for keys ``[j0, i1)`` (unmasked) and a context.
         block_size: Most queries per block (``>= s`` gives one unblocked pass at short ``s``);
-            fewer at long lengths (:func:`query_block` with :data:`ATTEND_BLOCK_ELEMENTS`).
+            fewer at long lengths (:func:`query_block` with the device's ``attend`` budget,
+            :func:`block_budget`; on CUDA the budget alone decides).
         value_fn: Optional extra output term from the block's probabilities.
         far: Makes the description of far keys, to send them through a fused kernel (module
             docstring); called only where that kernel is used. ``None``: every key is scored
@@ -142,10 +204,12 @@ def blocked_attend(
         raise ValueError(f"attention block_size must be positive, got {block_size}")
     b, h, s, _ = v.shape
     v = v.contiguous()  # once, rather than a copy of its prefix in every block's matmul
-    step = query_block(block_size, b, h, s, ATTEND_BLOCK_ELEMENTS)
+    budget = block_budget(v.device)
+    block_size = budget.queries(block_size)
+    step = query_block(block_size, b, h, s, budget.attend)
     far_keys = far() if far is not None and fused_lse_available(v.device) else None
     if far_keys is not None:
-        step = _far_step(far_keys, block_size, (b, h, s), step)
+        step = _far_step(far_keys, block_size, (b, h, s), step, budget.attend)
     starts = list(range(0, s, step))
     far_from = [0] * len(starts) if far_keys is None else _far_starts(far_keys, starts, step, s)
     outputs = []
@@ -206,17 +270,18 @@ def blocked_bias_sdpa(
         v: Values ``[b, h, s, d_h]``.
         bias_fn: The block's bias (see :data:`BiasFn`).
         block_size: Most queries per block; fewer at long lengths (:func:`query_block` with
-            :data:`ATTEND_BLOCK_ELEMENTS`).
+            the device's ``attend`` budget, :func:`block_budget`).
         scale: Factor of ``q . k`` (the bias is not scaled).
-        step: Queries per block, overriding the default (:data:`ATTEND_BLOCK_ELEMENTS`'s
-            budget): e.g. :func:`sdpa_query_block`.
+        step: Queries per block, overriding the default (the ``attend`` budget): e.g.
+            :func:`sdpa_query_block`.
 
     Returns:
         ``[b, h, s, d_h]``.
     """
     b, h, s, _ = v.shape
     if step is None:  # the budget of the explicit path: the bias and its product are as large
-        step = query_block(block_size, b, h, s, ATTEND_BLOCK_ELEMENTS)
+        budget = block_budget(q.device)
+        step = query_block(budget.queries(block_size), b, h, s, budget.attend)
     outputs = []
     for i0 in reversed(range(0, s, step)):  # largest block first (see blocked_attend)
         i1 = min(s, i0 + step)
@@ -230,7 +295,9 @@ def blocked_bias_sdpa(
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs[::-1], dim=-2)
 
 
-def sdpa_query_block(block_size: int, batch: int, heads: int, keys: int) -> int:
+def sdpa_query_block(
+    block_size: int, batch: int, heads: int, keys: int, device: torch.device | None = None
+) -> int:
     """Queries per block of :func:`blocked_bias_sdpa` when the bias is a fresh product per block.
 
     The bias is written once and read once by the fused kernel: blocks of
@@ -240,9 +307,14 @@ def sdpa_query_block(block_size: int, batch: int, heads: int, keys: int) -> int:
     the keys: a single block would compute its whole masked upper triangle, two skip a quarter.
     Measured, Transformer-XL at 1,024 tokens, one thread, one layer: tiny 16.2 ms in blocks of
     128 (the explicit budget) against 15.3 ms in 64; at 256 tokens, 6.4 against 5.0.
+
+    ``device`` (default the CPU) picks the budgets (:func:`block_budget`): on CUDA the
+    device's, without the ``block_size`` cap.
     """
-    step = query_block(block_size, batch, heads, keys, SDPA_BLOCK_ELEMENTS)
-    floor = query_block(32, batch, heads, keys + 32, MAX_BLOCK_ELEMENTS)
+    budget = block_budget(torch.device("cpu") if device is None else device)
+    block_size = budget.queries(block_size)
+    step = query_block(block_size, batch, heads, keys, budget.sdpa)
+    floor = query_block(32, batch, heads, keys + 32, budget.bias)
     return max(1, min(block_size, max(step, floor), -(-keys // 2)))
 
 
@@ -270,7 +342,9 @@ def _far_starts(far: FarKeys, starts: list[int], step: int, s: int) -> list[int]
     return [min(int(c), i0) for c, i0 in zip(count.tolist(), starts, strict=True)]
 
 
-def _far_step(far: FarKeys, block_size: int, shape: tuple[int, int, int], step: int) -> int:
+def _far_step(
+    far: FarKeys, block_size: int, shape: tuple[int, int, int], step: int, budget: int
+) -> int:
     """Queries per block where far keys bound every block's explicit band.
 
     The budget sizes blocks for ``s`` keys, but with far keys a block only builds logits for
@@ -280,14 +354,14 @@ def _far_step(far: FarKeys, block_size: int, shape: tuple[int, int, int], step: 
     """
     b, h, s = shape
     band = min(s, block_size + max(0, math.ceil(far.distance)))
-    wide = query_block(block_size, b, h, band, ATTEND_BLOCK_ELEMENTS)
+    wide = query_block(block_size, b, h, band, budget)
     if wide <= step:
         return step
     starts = list(range(0, s, wide))
     far_from = _far_starts(far, starts, wide, s)
     widest = max(min(s, i0 + wide) - j0 for i0, j0 in zip(starts, far_from, strict=True))
     # positions without a narrow band (gaps, shuffles) keep the small blocks
-    return wide if b * h * wide * widest <= ATTEND_BLOCK_ELEMENTS else step
+    return wide if b * h * wide * widest <= budget else step
 
 
 def _far_part(far: FarKeys, v: Tensor, i0: int, i1: int, j0: int) -> tuple[Tensor, Tensor]:

@@ -237,7 +237,8 @@ def _fused_blocks(layer: CoPELayer, block_size: int, band: int) -> Tensor:
     """Every query block through the fused route, or the band route where at least ``band``
     queries precede the block (``band`` 0: nowhere); ``[b, h, s, d_h]``."""
     b, h, s, _ = layer.q.shape
-    futures, outputs, i1, budget = FutureMasks(layer.q.device), [], s, block_elements()
+    futures, outputs, i1 = FutureMasks(layer.q.device), [], s
+    budget = block_elements(layer.q.device)
     while i1 > 0:  # last block first (see query_blocks)
         out = None
         bq = query_block(min(block_size, BAND_QUERIES), b, h, band + BAND_QUERIES, budget)

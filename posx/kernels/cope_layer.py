@@ -135,26 +135,29 @@ class FutureMasks(dict):
         return self[bq]
 
 
-def block_elements() -> int:
-    """Most scores ``[b, h, queries, keys]`` in one block: a quarter of blocked attention's
-    budget (``ATTEND_BLOCK_ELEMENTS``, read when called), 2^18 float32 values (1 MiB), which
-    stay in a core's L2 cache between the passes over them; with 2^20 the gathers, cumulative
-    sums and scatters ran several times slower per element here (tiny model's training step:
-    one layer's attention 21-24 ms against 11.6-13.4 ms)."""
-    return blocked.ATTEND_BLOCK_ELEMENTS // 4
+def block_elements(device: torch.device | None = None) -> int:
+    """Most scores ``[b, h, queries, keys]`` in one block on ``device`` (default the CPU): the
+    device's ``cope`` budget (:func:`~posx.kernels.blocked.block_budget`). On the CPU a quarter
+    of blocked attention's budget (``ATTEND_BLOCK_ELEMENTS``, read when called), 2^18 float32
+    values (1 MiB), which stay in a core's L2 cache between the passes over them; with 2^20 the
+    gathers, cumulative sums and scatters ran several times slower per element here (tiny
+    model's training step: one layer's attention 21-24 ms against 11.6-13.4 ms)."""
+    return blocked.block_budget(torch.device("cpu") if device is None else device).cope
 
 
 def query_blocks(layer: CoPELayer, block_size: int) -> list[tuple[int, int]]:
     """Query blocks ``(i0, i1)``, last first, each with at most :func:`block_elements` scores
-    against its keys ``[0, i1)``.
+    against its keys ``[0, i1)`` (on CUDA: as many queries as that allows, see
+    :meth:`~posx.kernels.blocked.BlockBudget.queries`).
 
     Last first: the last block's temporaries are the largest, so each later one fits in memory
     the allocator already holds (see ``blocked_attend``).
     """
     b, h, s, _ = layer.q.shape
-    blocks, i1 = [], s
+    budget = blocked.block_budget(layer.q.device)
+    blocks, i1, block_size = [], s, budget.queries(block_size)
     while i1 > 0:
-        bq = min(query_block(block_size, b, h, i1, block_elements()), i1)
+        bq = min(query_block(block_size, b, h, i1, budget.cope), i1)
         blocks.append((i1 - bq, i1))
         i1 -= bq
     return blocks

@@ -1,14 +1,104 @@
 """RoPE's rotation as one autograd node: q and k multiplied by complex rotations in the
 layout they are stored in, and the backward the conjugate rotation of the incoming gradient
 (nothing saved but the rotations). :class:`~posx.encodings.rope.RoPE` builds the rotations;
-this module only applies them."""
+this module only applies them.
+
+The fused route (opt-in, ``RoPE.fused_rotation``; issue 47): on CUDA a step is bound by kernel
+launches, and the bf16 rotation (autocast's) is a copy, two multiplies and an add per tensor,
+each a kernel, and as many again backward. :func:`turn_pairs` is the same rotation as one
+elementwise expression, which :func:`fused_turn` compiles (Inductor, dynamic shapes) into one
+kernel per tensor, forward and backward. Where compiling fails it says so once and returns
+``None``: the caller keeps its eager rotation.
+"""
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
+
+#: Device types the fused route compiles for (Inductor's Triton kernels). Elsewhere the eager
+#: routes stay: the CPU's complex multiply is one pass already, and a compile costs seconds.
+FUSED_DEVICES = ("cuda",)
+# Why the fused rotation failed in this process (then it is not tried again), else None.
+_FUSED_FAILED: list[str] = []
+
+
+def turn_pairs(x: Tensor, cos: Tensor, sin: Tensor, rot_dim: int, scale: float) -> Tensor:
+    """RoPE's rotation as one elementwise expression (the fused route's function).
+
+    Pair ``(x_{2i}, x_{2i+1}) -> (x_{2i} cos - x_{2i+1} sin, x_{2i} sin + x_{2i+1} cos)`` over
+    the first ``rot_dim`` dims, the rest times ``scale``: what :func:`turn_complex` and
+    ``RoPE.turn_with`` compute, in float32 (float64 stays float64) and rounded once to
+    ``x``'s dtype (the eager bf16 route rounds the rotation and each product to bf16).
+
+    Args:
+        x: ``[b, h, s, d_h]`` in any layout (e.g. a strided view of the fused qkv projection).
+        cos: ``[(b,) 1, s, r/2]`` float32, the attention scale folded in.
+        sin: Same shape as ``cos``.
+        rot_dim: ``r``, the rotated width (even).
+        scale: Factor of the pass-through dims (the attention scale).
+
+    Returns:
+        ``[b, h, s, d_h]`` in ``x``'s dtype.
+    """
+    work = torch.promote_types(x.dtype, torch.float32)
+    pairs = x[..., :rot_dim].unflatten(-1, (rot_dim // 2, 2)).to(work)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    cos, sin = cos.to(work), sin.to(work)
+    out = torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1).flatten(-2)
+    if rot_dim < x.shape[-1]:
+        out = torch.cat((out, x[..., rot_dim:].to(work) * scale), dim=-1)
+    return out.to(x.dtype)
+
+
+@functools.cache
+def compiled_turn() -> Callable[..., Tensor]:
+    """:func:`turn_pairs` compiled once per process, with dynamic shapes (one kernel for every
+    length and batch)."""
+    return torch.compile(turn_pairs, dynamic=True)
+
+
+def fused_available(device: torch.device) -> bool:
+    """Whether the fused route runs on ``device``: a device of :data:`FUSED_DEVICES` and no
+    compile failure in this process so far."""
+    return device.type in FUSED_DEVICES and not _FUSED_FAILED
+
+
+def fused_turn(x: Tensor, cos: Tensor, sin: Tensor, rot_dim: int, scale: float) -> Tensor | None:
+    """:func:`turn_pairs` through :func:`compiled_turn`: one kernel per tensor.
+
+    Args:
+        x: ``[b, h, s, d_h]``.
+        cos: ``[(b,) 1, s, r/2]`` float32.
+        sin: Same shape as ``cos``.
+        rot_dim: The rotated width.
+        scale: Factor of the pass-through dims.
+
+    Returns:
+        ``[b, h, s, d_h]``; ``None`` where compiling fails (no C compiler or Triton, a lowering
+        error), said once in a warning, and from then on in this process (the caller keeps
+        its eager rotation). Running out of memory is raised: the eager route would not fit
+        either. A failure of the backward's compile (at the first backward) is raised.
+    """
+    if _FUSED_FAILED:
+        return None
+    try:
+        return compiled_turn()(x, cos, sin, rot_dim, scale)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever the compiler rejects: fall back once
+        _FUSED_FAILED.append(f"{type(err).__name__}: {err}".splitlines()[0])
+        warnings.warn(
+            f"the fused RoPE rotation failed to compile ({_FUSED_FAILED[0]}); "
+            "using the eager rotation",
+            stacklevel=3,
+        )
+        return None
 
 
 def turn_complex(x: Tensor, rotations: tuple[Tensor, Tensor], rot_dim: int, scale: float) -> Tensor:

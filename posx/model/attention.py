@@ -3,8 +3,8 @@
 - no bias, no ``attend``: ``scaled_dot_product_attention(is_causal=True)`` (flash on GPU);
 - a bias: ``blocked`` over queries, each block building only its own ``[h, block, sk]`` bias
   (any device; the block shrinks at long lengths so one block's scores stay under a fixed
-  element budget, ``posx.kernels.blocked.MAX_BLOCK_ELEMENTS``, which keeps memory linear in
-  the sequence length), or ``flex``: FlexAttention with a ``score_mod`` that reads the bias
+  element budget per device, ``posx.kernels.blocked.block_budget``, which keeps memory linear
+  in the sequence length), or ``flex``: FlexAttention with a ``score_mod`` that reads the bias
   from a per-distance table (``encoding.relative_bias``), compiled into a fused kernel, so no
   ``[s, s]`` tensor exists;
 - ``attend``: the encoding's own computation, or, where it hands FlexAttention its scores

@@ -199,3 +199,47 @@ def test_evaluation_memory_at_32k_is_linear_in_the_length(name):
             model(tokens)
         peaks[s] = mem.peak_mb
     assert peaks[32768] / peaks[8192] <= 1.5, peaks
+
+
+def test_cuda_query_blocks_come_from_the_devices_memory():
+    """Issue 47: one budget from the real device's memory, uncapped by block_size, and the
+    attend encodings' model output under it equals the CPU's blocks."""
+    from posx.kernels.blocked import block_budget
+
+    budget = block_budget(CUDA)
+    total = torch.cuda.get_device_properties(CUDA).total_memory
+    assert budget.uncapped and budget.attend >= 2**22 and budget.attend * 16 <= total / 64
+    tokens = torch.arange(300).remainder(50).unsqueeze(0)
+    for name in ("shaw", "deberta", "cope", "transformer_xl"):
+        model = model_of(name).eval()
+        with torch.no_grad():
+            got = model(tokens.to(CUDA)).float().cpu()
+            expected = model.cpu()(tokens).float()
+        torch.testing.assert_close(got, expected, atol=5e-3, rtol=5e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_rope_rotation_compiles_on_cuda_and_equals_the_eager_one(dtype):
+    """Issue 47: RoPE.fused_rotation compiles (no fallback warning) and gives the eager
+    rotation's outputs and gradients (bf16: within its rounding)."""
+    from posx.kernels import rotary
+
+    enc = RoPE(64, rotary_fraction=0.5).to(CUDA)
+    pos = torch.arange(1000, device=CUDA)
+    results = []
+    for fused in (False, True):
+        gen = torch.Generator(CUDA).manual_seed(0)
+        x = torch.randn(2, 1000, 3 * 12 * 64, device=CUDA, generator=gen).to(dtype)
+        x.requires_grad_()
+        q, k, _ = x.view(2, 1000, 3, 12, 64).permute(2, 0, 3, 1, 4)
+        enc.fused_rotation = fused
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            qr, kr = enc.rotate(q, k, pos, pos)
+            (qr.float().square().sum() + kr.float().sum()).backward()
+        assert not [w for w in caught if "fused RoPE" in str(w.message)]
+        results.append((qr.float(), kr.float(), x.grad.float()))
+    assert rotary.fused_available(CUDA)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for g, e in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(g, e, atol=tol, rtol=tol)

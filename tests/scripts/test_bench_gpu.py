@@ -149,8 +149,77 @@ def test_flex_rows_build_the_encoding_with_flex_attention(bench_gpu, monkeypatch
     argv = [str(SCRIPT), "--encodings", "shaw[flex],nope", "--out", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", argv)
     all_names = bench_gpu.row_names(CONFIG_DIR)
-    assert all_names == sorted([*names, *(f"{e}[flex]" for e in routes)])
+    assert all_names == sorted([*names, *bench_gpu.VARIANT_ROWS])
+    assert {f"{e}[flex]" for e in routes} <= set(bench_gpu.VARIANT_ROWS)
     args = bench_gpu.parse_args(all_names)
     assert args.encodings == ["nope", "shaw[flex]"]
     monkeypatch.setattr(sys, "argv", [str(SCRIPT)])
     assert {"shaw", "shaw[flex]", "deberta[flex]"} <= set(bench_gpu.parse_args(all_names).encodings)
+
+
+def test_variant_rows_fused_rotation_and_compiled_models(bench_gpu, monkeypatch):
+    """``rope[fused]`` builds RoPE with its fused rotation (rope's training target, 0.95);
+    ``[compile]`` and ``[graphs]`` wrap the model in torch.compile (``reduce-overhead`` with
+    Inductor), on the small shape only; an unknown variant or one the encoding lacks is an
+    error."""
+    shape, small = bench_gpu.TINY_SHAPES
+    fused = bench_gpu.posx_variant(shape, "rope[fused]")
+    assert fused.model.encoding.fused_rotation is True
+    assert bench_gpu.posx_variant(shape, "rope").model.encoding.fused_rotation is False
+    assert (
+        bench_gpu.kind("rope[fused]", False) == "cheap" and bench_gpu.kind("rope", False) == "cheap"
+    )
+    assert bench_gpu.kind("shaw[flex]", False) == "other"
+    for row in ("nope[compile]", "nope[graphs]"):
+        v = bench_gpu.posx_variant(small, row, backend="eager")
+        assert isinstance(v.model, torch._dynamo.eval_frame.OptimizedModule), row
+        assert bench_gpu.runs_on(small, row) and not bench_gpu.runs_on(shape, row)
+    assert bench_gpu.runs_on(shape, "rope[fused]") and bench_gpu.runs_on(shape, "shaw[flex]")
+    calls = []
+    real = torch.compile
+
+    def spy(model, **kwargs):
+        calls.append(kwargs)
+        return real(model, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", spy)
+    bench_gpu.compiled(torch.nn.Linear(2, 2), "graphs", "inductor")
+    bench_gpu.compiled(torch.nn.Linear(2, 2), "compile", "inductor")
+    assert bench_gpu.compiled(lin := torch.nn.Linear(2, 2), "auto", "inductor") is lin
+    monkeypatch.undo()
+    assert calls == [
+        {"backend": "inductor", "mode": "reduce-overhead"},
+        {"backend": "inductor", "mode": None},
+    ]
+    with pytest.raises(ValueError, match=r"unknown row variant \[fast\]"):
+        bench_gpu.posx_variant(shape, "rope[fast]")
+    with pytest.raises(ValueError, match="alibi has no fused rotation"):
+        bench_gpu.posx_variant(shape, "alibi[fused]")
+
+
+def compiled_run(tmp_path: Path, backend: str) -> pd.DataFrame:
+    proc = run(
+        "--encodings", "nope[compile],nope[graphs]", "--threads", "1", "--budget", "60",
+        "--sample-seconds", "0.001", "--rounds", "2", "--compile-backend", backend,
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    cells = pd.read_csv(tmp_path / "cells.csv")
+    assert set(cells["shape"]) == {"small"}  # compiled rows: the small shape only
+    cells = cells.set_index(["encoding", "phase", "length"])
+    for row in ("nope[compile]", "nope[graphs]"):
+        for phase, length in (("train", 32), ("eval", 128)):
+            r = cells.loc[(row, phase, length)]
+            assert 0.01 < r.vs_reference < 50 and r.peak_mb > 0, (row, phase, length)
+    return cells
+
+
+def test_compiled_rows_run_on_the_cpu_with_dynamo(tmp_path):
+    """The script's compiled rows, with dynamo and its eager backend (6 s here): every cell of
+    the small shape timed, none on the GPT-2 shape."""
+    compiled_run(tmp_path, "eager")
+
+
+@pytest.mark.slow  # Inductor compiles the tiny model's training and evaluation: ~40 s here
+def test_compiled_rows_run_on_the_cpu_with_inductor(tmp_path):
+    compiled_run(tmp_path, "inductor")
