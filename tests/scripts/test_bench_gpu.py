@@ -198,8 +198,10 @@ def test_variant_rows_fused_rotation_and_compiled_models(bench_gpu, monkeypatch)
 
 
 def compiled_run(tmp_path: Path, backend: str) -> pd.DataFrame:
+    # A budget far above what 2 rounds take: at 60 s a loaded machine predicted the eval cell
+    # over its share and skipped it (NaN); --rounds keeps the run itself short.
     proc = run(
-        "--encodings", "nope[compile],nope[graphs]", "--threads", "1", "--budget", "60",
+        "--encodings", "nope[compile],nope[graphs]", "--threads", "1", "--budget", "600",
         "--sample-seconds", "0.001", "--rounds", "2", "--compile-backend", backend,
         "--out", str(tmp_path),
     )  # fmt: skip
