@@ -76,9 +76,12 @@ def test_check_judges_the_preset_claims(root: Path):
 
     out = run_posx("check", str(root), "--format", "json", check=False)
     verdicts = {c["claim"]: c for c in json.loads(out.stdout)["claims"]}
-    assert set(verdicts) >= {"structured_1x_coupling", "structured_2x_abacus", "rope_near_zero_2x"}
+    wanted = {"structured_1x_coupling", "structured_2x_abacus", "rope_near_zero_1_5x"}
+    assert set(verdicts) >= wanted
     # One seed of each row: too few for a verdict, and the check says so.
     assert verdicts["structured_1x_coupling"]["verdict"] == "inconclusive", verdicts
+    # 1.5x of these runs' 3 digits is no length: the verdict says so instead of "no rows"
+    assert "1.5 x its training length 3 is not a whole length" in str(verdicts["coupling_1_5x"])
 
 
 @pytest.mark.slow  # two trainings on the arithmetic task through the CLI: ~20 s each
