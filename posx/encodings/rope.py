@@ -9,7 +9,9 @@ dimensions of each head rotate (partial rotary); the rest pass through.
 
 ``scaling`` (see :mod:`posx.encodings.rope_scaling`) swaps in other frequencies at evaluation
 (``linear``, ``ntk``, ``dynamic_ntk``, ``yarn``, ``llama3``) or, for ``rerope``, computes the
-scores itself so that relative positions beyond a window all read as the window.
+scores itself so that relative positions beyond a window all read as the window; for
+``selfextend`` it scores keys beyond a neighbour window at grouped positions
+(:mod:`posx.kernels.self_extend`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from posx.encodings.rope_scaling import RopeScaling, base_inv_freq, scaled_inv_f
 from posx.kernels.blocked import FarKeys, blocked_attend
 from posx.kernels.memo import PositionMemo
 from posx.kernels.rotary import Turn, fused_available, fused_turn
+from posx.kernels.self_extend import (
+    grouped_key_positions,
+    grouped_query_positions,
+    self_extend_attend,
+)
 
 
 class RoPE(PositionalEncoding):
@@ -238,8 +245,9 @@ class RoPE(PositionalEncoding):
 
     @property
     def has_attend(self) -> bool:
-        # Only ReRoPE needs two score sets per query; every other type stays on fused SDPA.
-        return self.scaling.type == "rerope"
+        # Only ReRoPE and Self-Extend need two score sets per query; every other type stays on
+        # fused SDPA.
+        return self.scaling.type in ("rerope", "selfextend")
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """ReRoPE (Su 2023): score with relative position ``min(i - j, w)``.
@@ -262,6 +270,8 @@ class RoPE(PositionalEncoding):
         """
         if not self.has_attend:
             raise NotImplementedError(f"RoPE with scaling {self.scaling.type!r} has no attend")
+        if self.scaling.type == "selfextend":
+            return self._self_extend(q, k, v, q_pos, k_pos)
         w = self.scaling.rerope_window
         q_near, k_near = self.rotate(q, k, q_pos, k_pos)
         q_far = self.turn(q, *self.cos_sin(torch.tensor([w], device=q.device)))
@@ -282,6 +292,16 @@ class RoPE(PositionalEncoding):
             return FarKeys(distance=w, q=q_far, k=k, scale=scale, q_pos=q_pos, k_pos=k_pos)
 
         return blocked_attend(v, scores, self.rerope_block_size, far=far_keys)
+
+    def _self_extend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Self-Extend's merged attention (:mod:`posx.kernels.self_extend`): q and k rotated
+        at their own positions for keys within the neighbour window, at the grouped positions
+        beyond it. Shapes as :meth:`attend`'s."""
+        group, window = int(self.scaling.factor), self.scaling.rerope_window
+        near = self.rotate(q, k, q_pos, k_pos)
+        gq = grouped_query_positions(q_pos, group, window)
+        grouped = self.rotate(q, k, gq, grouped_key_positions(k_pos, group))
+        return self_extend_attend(near, grouped, v, (q_pos, k_pos), window, self.rerope_block_size)
 
     def extra_repr(self) -> str:
         out = f"head_dim={self.head_dim}, rot_dim={self.rot_dim}, base={self.base}"

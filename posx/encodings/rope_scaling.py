@@ -14,6 +14,9 @@ the rotary width) to new ones, and some add an attention temperature:
   ``L / high_freq_factor`` kept, a smooth blend between.
 - ``rerope`` (Su 2023): exact relative positions inside a window ``w``, ``w`` beyond it; this
   changes the attention scores, not the frequencies (see :meth:`posx.encodings.rope.RoPE.attend`).
+- ``selfextend`` (Jin et al. 2024): exact relative positions inside a neighbour window ``w``,
+  positions divided by the group size ``G`` (``factor``) beyond it; also the scores, not the
+  frequencies (:mod:`posx.kernels.self_extend`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from torch import Tensor
 
 from posx.encodings.base import exact_dtype
 
-SCALING_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "rerope")
+SCALING_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "rerope", "selfextend")
 
 
 @dataclass(frozen=True)
@@ -38,13 +41,15 @@ class RopeScaling:
 
     Attributes:
         type: One of :data:`SCALING_TYPES`.
-        factor: Scale ``s`` (the intended context extension; ``ntk``'s ``alpha``).
+        factor: Scale ``s`` (the intended context extension; ``ntk``'s ``alpha``; Self-Extend's
+            group size ``G``, a whole number).
         original_length: Trained context ``L``; ``None`` until resolved to the training length.
         beta_fast: YaRN: frequencies turning more often than this over ``L`` are kept.
         beta_slow: YaRN: frequencies turning less often than this over ``L`` are interpolated.
         low_freq_factor: llama3: wavelengths above ``L / low_freq_factor`` are interpolated.
         high_freq_factor: llama3: wavelengths below ``L / high_freq_factor`` are kept.
-        window: ReRoPE window ``w``; ``None`` means ``original_length // 2``.
+        window: ReRoPE's window ``w``, Self-Extend's neighbour window; ``None`` means
+            ``original_length // 2``.
     """
 
     type: str = "none"
@@ -119,6 +124,13 @@ class RopeScaling:
             )
         if self.type == "rerope" and self.rerope_window < 1:
             raise ValueError(f"ReRoPE window must be >= 1, got {self.rerope_window}")
+        if self.type == "selfextend":
+            if not float(self.factor).is_integer():
+                raise ValueError(
+                    f"Self-Extend's group size (factor) must be a whole number, got {self.factor}"
+                )
+            if self.rerope_window < 1:
+                raise ValueError(f"Self-Extend's window must be >= 1, got {self.rerope_window}")
 
     def _check_types(self) -> None:
         if not isinstance(self.type, str):
@@ -136,7 +148,8 @@ class RopeScaling:
 
     @property
     def rerope_window(self) -> int:
-        """The ReRoPE window ``w`` (``original_length // 2`` unless set)."""
+        """ReRoPE's window ``w``, Self-Extend's neighbour window (``original_length // 2``
+        unless set)."""
         if self.window is not None:
             return int(self.window)
         return max(1, (self.original_length or 0) // 2)
@@ -210,7 +223,8 @@ def scaled_inv_freq(
     """Inverse frequencies ``[d/2]`` under ``scaling``.
 
     Args:
-        scaling: The scaling; ``none`` and ``rerope`` keep the trained frequencies.
+        scaling: The scaling; ``none``, ``rerope`` and ``selfextend`` keep the trained
+            frequencies.
         base: Trained frequency base.
         dim: Rotary width ``d``.
         seq_len: Tokens in the current sequence (only ``dynamic_ntk`` reads it).
@@ -221,7 +235,7 @@ def scaled_inv_freq(
         ``[d/2]`` in ``dtype``.
     """
     kind, s = scaling.type, scaling.factor
-    if kind in ("none", "rerope"):
+    if kind in ("none", "rerope", "selfextend"):
         return base_inv_freq(base, dim, dtype, device)
     original = int(scaling.original_length or 0)
     if kind == "ntk":
