@@ -115,8 +115,9 @@ def eval_(
     variant: list[str] = typer.Option(
         None,
         "--variant",
-        help="hf: models: a RoPE scaling, TYPE:FACTOR (yarn:4, linear:2, ntk:4, "
-        "dynamic_ntk:2, llama3:8) or none; repeatable (default: none).",
+        help="A RoPE scaling, TYPE:FACTOR (yarn:4, linear:2, ntk:4, dynamic_ntk:2, llama3:8), "
+        "Self-Extend selfextend:G,W (group size, neighbour window) or none; repeatable "
+        "(default: none). On hf: models and on posx RoPE runs.",
     ),
     passkey: bool = typer.Option(
         False, "--passkey", help="hf: models: also score zero-shot passkey retrieval per depth."
@@ -158,7 +159,7 @@ def eval_(
     from posx.cli.extend_pretrained import extend_hf_runs
     from posx.cli.pretrained import HfOptions, eval_pretrained, sweep_pretrained
 
-    hf_options = (variant, passkey, trust_remote_code, allow_download, revision, device_map)
+    hf_options = (passkey, trust_remote_code, allow_download, revision, device_map)
     hf = HfOptions(variant, passkey, trust_remote_code, allow_download, revision, dtype,
                     device_map)  # fmt: skip
     if {"-m", "--multirun"} & {*ctx.args, *map(str, runs or [])}:
@@ -174,21 +175,73 @@ def eval_(
         return
     if any(hf_options) or dtype != "auto":
         raise ConfigError(
-            "--variant, --passkey, --trust-remote-code, --allow-download, --revision, --dtype and "
+            "--passkey, --trust-remote-code, --allow-download, --revision, --dtype and "
             "--device-map apply to pretrained models (posx eval hf:NAME_OR_DIR); a posx run is "
-            "scaled with encoding.scaling.* overrides"
+            "scaled with --variant or encoding.scaling.* overrides"
         )
     named, asked, overrides = _eval_inputs(ctx, runs, lengths, (mode, window, stride, buckets))
+    variants = _run_variants(variant)
     # torch comes with evaluating: a mistyped option or run is answered before it is imported
     from posx.config.trust import trusted_prefixes
-    from posx.runs import evaluate_runs, select_runs
-    from posx.runs.evaluation import failures
     from posx.runs.resources import parse_size
 
     limit = parse_size(max_memory, "--max-memory")
     trusted = trusted_prefixes(trust, config_dirs(ctx))
     by_path = {run.path: run for run in opened}  # already open: its files are read once
-    chosen = select_runs([by_path.get(Path(r), r) for r in named], root, overrides, trusted)
+    named = [by_path.get(Path(r), r) for r in named]
+    _check_variants_fit(named, variants)
+    for text, extra in variants:
+        _eval_posx_runs(named, root, asked, overrides + extra, (text, device, progress, trusted,
+                        limit))  # fmt: skip
+
+
+def _run_variants(variant: list[str] | None) -> list[tuple[str, list[str]]]:
+    """``--variant`` words on posx runs as ``(word, overrides)`` (``[("", [])]`` without any):
+    each evaluated in turn, its rows carrying the overrides (``yarn:4`` is
+    ``encoding.scaling.factor=4.0 encoding.scaling.type=yarn``)."""
+    from posx.pretrained.scaling import parse_variant
+
+    if not variant:
+        return [("", [])]
+    return [(text, parse_variant(text).overrides.split()) for text in variant]
+
+
+def _check_variants_fit(named: list, variants: list[tuple[str, list[str]]]) -> None:
+    """Every ``--variant`` fits every named run before any is evaluated (nothing is written for
+    one when another will be refused)."""
+    from posx.runs.variants import scaling_refusal
+    from posx.saved import SavedRun
+
+    for run in [SavedRun.of(r) for r in named]:
+        if not run.has_checkpoint():
+            continue  # said as the run's own problem by the selection
+        for text, extra in variants:
+            why = scaling_refusal(run, text) if extra else ""
+            if why:
+                raise ConfigError(why)
+
+
+def _eval_posx_runs(
+    named: list,
+    root: Path,
+    asked: list[int] | None,
+    overrides: list[str],
+    how: tuple[str, str, bool, list[str], int | None],
+) -> None:
+    """``posx eval`` of posx's own runs under one set of ``overrides`` (one ``--variant``, or
+    none: ``how[0]`` is its word, ``""``), then the failures, as one command's."""
+    from posx.runs import evaluate_runs, select_runs
+    from posx.runs.evaluation import failures
+    from posx.runs.variants import scaling_refusal
+
+    text, device, progress, trusted, limit = how
+
+    scaled = bool(text) and text.strip() not in ("none", "base")
+
+    def fits(run: SavedRun) -> str:
+        return scaling_refusal(run, text) if scaled else ""
+
+    chosen = select_runs(named, root, overrides, trusted, fits)
     for run, why in chosen.skipped:
         err_console.print(f"[yellow]skipping {run.path}: {why}[/]")
     for _, why in chosen.damaged:

@@ -10,7 +10,10 @@ what a user of that model gets by setting the same scaling in its config:
 - ``yarn`` -> ``rope_type: yarn``; ``llama3`` -> ``rope_type: llama3`` (low/high frequency
   factors 1 and 4, as posx's own);
 
-both with ``original_max_position_embeddings`` = the model's trained context. Each variant's
+both with ``original_max_position_embeddings`` = the model's trained context; and
+``selfextend:G,W`` (Self-Extend, Jin et al. 2024: grouped positions beyond a neighbour window,
+no scaling of the frequencies) switches the model's attention to posx's through ``transformers``'
+attention interface (:mod:`posx.pretrained.self_extend`). Each variant's
 rotary embedding modules are rebuilt from the new config (the attention weights are shared), and
 every row records the variant as posx's own runs do (``encoding.scaling.type=yarn
 encoding.scaling.factor=4``, shown as ``NAME+yarn×4``) and the ``rope_parameters`` it ran with.
@@ -27,28 +30,34 @@ import torch
 
 from posx.encodings.rope_scaling import ntk_base
 from posx.errors import ConfigError
+from posx.pretrained import self_extend
 
 HF_TYPES = {"linear": "linear", "dynamic_ntk": "dynamic", "yarn": "yarn", "llama3": "llama3"}
-VARIANT_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
+VARIANT_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "selfextend")
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One eval-time scaling: ``type`` (``none`` = as saved) and ``factor``."""
+    """One eval-time scaling: ``type`` (``none`` = as saved) and ``factor`` (Self-Extend's group
+    size), with Self-Extend's neighbour ``window``."""
 
     type: str = "none"
     factor: float = 1.0
+    window: int | None = None
 
     @property
     def overrides(self) -> str:
-        """The ``overrides`` cell of its rows (sorted ``key=value`` tokens, as posx records)."""
+        """The ``overrides`` cell of its rows (sorted ``key=value`` tokens, as posx records), the
+        overrides that give a posx RoPE run the same variant."""
         if self.type == "none":
             return ""
-        return f"encoding.scaling.factor={self.factor} encoding.scaling.type={self.type}"
+        out = f"encoding.scaling.factor={self.factor} encoding.scaling.type={self.type}"
+        return out if self.window is None else f"{out} encoding.scaling.window={self.window}"
 
 
 def parse_variant(text: str) -> Variant:
-    """``yarn:4`` (or ``yarn×4``, ``yarnx4``) -> :class:`Variant`; ``none`` -> the model as saved.
+    """``yarn:4`` (or ``yarn×4``, ``yarnx4``) -> :class:`Variant`; ``none`` -> the model as saved;
+    ``selfextend:G,W`` -> Self-Extend with group size ``G`` and neighbour window ``W``.
 
     Raises:
         ConfigError: An unknown type, or a factor that is not a number >= 1.
@@ -56,13 +65,15 @@ def parse_variant(text: str) -> Variant:
     spec = text.strip().replace("×", ":")
     if spec in ("none", "base"):
         return Variant()
+    if spec.startswith("selfextend"):
+        return _self_extend_variant(text, spec.removeprefix("selfextend"))
     kind, sep, factor = spec.partition(":")
     if not sep and "x" in spec:
         kind, _, factor = spec.rpartition("x")
-    if kind not in VARIANT_TYPES or kind == "none":
+    if kind not in VARIANT_TYPES or kind in ("none", "selfextend"):
         raise ConfigError(
-            f"--variant {text!r}: use none or TYPE:FACTOR with TYPE one of "
-            f"{', '.join(VARIANT_TYPES[1:])} (e.g. yarn:4)"
+            f"--variant {text!r}: use none, TYPE:FACTOR with TYPE one of "
+            f"{', '.join(VARIANT_TYPES[1:-1])} (e.g. yarn:4), or selfextend:G,W"
         )
     try:
         value = float(factor)
@@ -71,6 +82,21 @@ def parse_variant(text: str) -> Variant:
     if not value >= 1.0:
         raise ConfigError(f"--variant {text!r}: the factor must be a number >= 1, e.g. {kind}:4")
     return Variant(kind, value)
+
+
+def _self_extend_variant(text: str, rest: str) -> Variant:
+    """``:G,W`` after ``selfextend``: whole numbers, ``G >= 1``, ``W >= 1``."""
+    group, sep, window = rest.removeprefix(":").partition(",")
+    try:
+        g, w = int(group), int(window)
+    except ValueError:
+        g = w = 0
+    if not rest.startswith(":") or not sep or g < 1 or w < 1:
+        raise ConfigError(
+            f"--variant {text!r}: Self-Extend takes selfextend:G,W, its group size G and "
+            "neighbour window W as whole numbers >= 1 (e.g. selfextend:4,512)"
+        )
+    return Variant("selfextend", float(g), w)
 
 
 def rope_parameters(config: Any) -> dict[str, Any] | None:
@@ -145,9 +171,13 @@ class Scaler:
         self.model, self.trained = model, trained
         self.saved = rotary_modules(model)
         self.rope = rope_parameters(model.config) is not None and bool(self.saved)
+        self.attention = model.config._attn_implementation
 
     def unsupported_reason(self, variant: Variant) -> str:
         """Why ``variant`` cannot apply to this model (``""`` when it can)."""
+        if variant.type == "selfextend":
+            rope_type = (rope_parameters(self.model.config) or {}).get("rope_type")
+            return self_extend.unsupported_reason(self.model, rope_type if self.rope else None)
         if variant.type == "none" or self.rope:
             return ""
         return (
@@ -163,10 +193,18 @@ class Scaler:
         """
         if not self.rope:
             return None
+        self_extend.disable(self.model, self.attention)
         if variant.type == "none":
             for parent, name, module in self.saved:
                 setattr(parent, name, module)
             return rope_parameters(self.model.config)
+        if variant.type == "selfextend":
+            self.apply(Variant())
+            window = int(variant.window or 0)
+            inv_freq = self.saved[0][2].inv_freq
+            self_extend.enable(self.model, int(variant.factor), window, inv_freq)
+            params = dict(rope_parameters(self.model.config) or {})
+            return params | {"self_extend_group": int(variant.factor), "self_extend_window": window}
         cfg = scaled_config(self.model.config, variant, self.trained)
         for parent, name, module in self.saved:
             setattr(parent, name, type(module)(config=cfg).to(module.inv_freq.device))

@@ -61,13 +61,20 @@ def select_runs(
     root: Path,
     overrides: Sequence[str] = (),
     trust: Sequence[str] = (),
+    fits: Callable[[SavedRun], str] | None = None,
 ) -> Selection:
     """Named runs must all be evaluable (else an error); without names, every trained run under
     ``root``, skipping those without a checkpoint and recording those that are damaged or
-    refused (see :func:`check_run`). Each run is opened here, once."""
+    refused (see :func:`check_run`). Each run is opened here, once.
+
+    ``fits`` says why an eval-time variant does not apply to a run (``""`` when it does): a
+    named run it does not fit is an error, an unnamed one is skipped with the reason."""
     if named:
         runs = [SavedRun.of(run) for run in named]
         for run in runs:
+            why = fits(run) if fits is not None and run.has_checkpoint() else ""
+            if why:
+                raise ConfigError(why)
             check_run(run, list(overrides), trust)
         check_outputs(runs)
         return Selection(runs)
@@ -80,6 +87,10 @@ def select_runs(
             run.config  # noqa: B018
         except PosxError as err:
             chosen.damaged.append((run, str(err)))
+            continue
+        why = fits(run) if fits is not None else ""
+        if why:
+            chosen.skipped.append((run, why))
             continue
         try:
             check_run(run, list(overrides), trust)

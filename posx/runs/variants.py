@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from posx.config.build import build_model
 from posx.config.saved import apply_overrides
@@ -69,3 +69,16 @@ def evaluate_variants(
         variant.to(device)
         rows += evaluate_run(run, lengths, overrides, model=variant, task=task, cfg=changed)
     return rows
+
+
+def scaling_refusal(run: SavedRun, variant: str) -> str:
+    """Why ``posx eval RUN --variant VARIANT`` (a RoPE scaling, Self-Extend) cannot apply to
+    ``run`` (``""`` when it can): its encoding has no ``encoding.scaling`` to set. Decided from
+    the run's config, never from the encoding's name."""
+    if OmegaConf.select(run.config, "encoding.scaling") is not None:
+        return ""
+    target = str(OmegaConf.select(run.config, "encoding._target_") or "?").rsplit(".", 1)[-1]
+    return (
+        f"--variant {variant}: {run.name}'s encoding ({target}) has no RoPE scaling "
+        "(encoding.scaling); --variant applies to runs whose encoding has one (rope)"
+    )

@@ -265,7 +265,7 @@ def test_bad_pretrained_input_is_one_line(cli, models, tmp_path, args, text):
 
 
 def test_pretrained_options_on_a_posx_run_are_refused(cli, tmp_path):
-    proc = cli("eval", str(tmp_path), "--variant", "yarn:2")
+    proc = cli("eval", str(tmp_path), "--passkey")
     assert_one_line_error(proc, 2, "apply to pretrained models (posx eval hf:NAME_OR_DIR)")
 
 
