@@ -17,13 +17,16 @@ the rotary width) to new ones, and some add an attention temperature:
 - ``selfextend`` (Jin et al. 2024): exact relative positions inside a neighbour window ``w``,
   positions divided by the group size ``G`` (``factor``) beyond it; also the scores, not the
   frequencies (:mod:`posx.kernels.self_extend`).
+- ``longrope`` (Ding et al. 2024): ``theta_j / lambda_j`` with per-dimension ``factors``
+  ``lambda`` (found by :mod:`posx.evaluation.longrope_search`); q and k scaled by
+  ``sqrt(1 + ln s / ln L)``, ``transformers``' default for ``rope_type: longrope``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +35,17 @@ from torch import Tensor
 
 from posx.encodings.base import exact_dtype
 
-SCALING_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "rerope", "selfextend")
+SCALING_TYPES = (
+    "none",
+    "linear",
+    "ntk",
+    "dynamic_ntk",
+    "yarn",
+    "llama3",
+    "rerope",
+    "selfextend",
+    "longrope",
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class RopeScaling:
         high_freq_factor: llama3: wavelengths below ``L / high_freq_factor`` are kept.
         window: ReRoPE's window ``w``, Self-Extend's neighbour window; ``None`` means
             ``original_length // 2``.
+        factors: LongRoPE's per-dimension factors ``lambda [d/2]``.
     """
 
     type: str = "none"
@@ -60,6 +74,7 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     window: int | None = None
+    factors: tuple[float, ...] | None = None
 
     @classmethod
     def from_config(
@@ -85,7 +100,12 @@ class RopeScaling:
                 raise ValueError(
                     f"RoPE scaling has no parameter {unknown[0]!r}; it takes: {', '.join(fields)}"
                 )
-            made = cls(**{str(k): v for k, v in node.items()})
+            values = {str(k): v for k, v in node.items()}
+            if isinstance(values.get("factors"), Sequence) and not isinstance(
+                values["factors"], str
+            ):
+                values["factors"] = tuple(values["factors"])
+            made = cls(**values)
         if made.original_length is None and train_length is not None:
             made = dataclasses.replace(made, original_length=int(train_length))
         made.validate()
@@ -131,6 +151,8 @@ class RopeScaling:
                 )
             if self.rerope_window < 1:
                 raise ValueError(f"Self-Extend's window must be >= 1, got {self.rerope_window}")
+        if self.type == "longrope" and not self.factors:
+            raise ValueError("LongRoPE scaling needs its per-dimension factors (scaling.factors)")
 
     def _check_types(self) -> None:
         if not isinstance(self.type, str):
@@ -139,6 +161,16 @@ class RopeScaling:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"RoPE scaling {name} must be a number, got {value!r}")
+        if self.factors is not None and (
+            not isinstance(self.factors, tuple)
+            or not all(
+                isinstance(f, int | float) and not isinstance(f, bool) and f > 0
+                for f in self.factors
+            )
+        ):
+            raise ValueError(
+                f"RoPE scaling factors must be a list of positive numbers, got {self.factors!r}"
+            )
         for name in ("original_length", "window"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -156,7 +188,10 @@ class RopeScaling:
 
     @property
     def attention_scale(self) -> float:
-        """Factor applied to both q and k (YaRN's ``sqrt(1/t) = 0.1 ln s + 1``); 1 otherwise."""
+        """Factor applied to both q and k (YaRN's ``sqrt(1/t) = 0.1 ln s + 1``, LongRoPE's
+        ``sqrt(1 + ln s / ln L)``); 1 otherwise."""
+        if self.type == "longrope":
+            return longrope_attention_scale(self.factor, int(self.original_length or 0))
         return yarn_attention_scale(self.factor) if self.type == "yarn" else 1.0
 
 
@@ -192,6 +227,14 @@ def yarn_ramp_range(
 def yarn_attention_scale(factor: float) -> float:
     """YaRN's ``sqrt(1/t) = 0.1 ln s + 1`` (1 for ``s <= 1``)."""
     return 0.1 * math.log(factor) + 1.0 if factor > 1.0 else 1.0
+
+
+def longrope_attention_scale(factor: float, original: int) -> float:
+    """LongRoPE's ``sqrt(1 + ln s / ln L)`` (1 for ``s <= 1``): ``transformers``' default
+    ``attention_factor`` of ``rope_type: longrope``."""
+    if factor <= 1.0 or original <= 1:
+        return 1.0
+    return math.sqrt(1 + math.log(factor) / math.log(original))
 
 
 def base_inv_freq(
@@ -246,6 +289,14 @@ def scaled_inv_freq(
         dynamic = dynamic_ntk_base(base, s, seq_len, original, dim)
         return base_inv_freq(dynamic, dim, dtype, device)
     inv = base ** (-_even_indices(dim, device) / dim)
+    if kind == "longrope":
+        factors = torch.tensor(scaling.factors or (), dtype=inv.dtype, device=inv.device)
+        if factors.shape != inv.shape:
+            raise ValueError(
+                f"LongRoPE needs {inv.shape[0]} factors (half the rotary width {dim}), got "
+                f"{factors.shape[0]}"
+            )
+        return (inv / factors).to(dtype)
     if kind == "linear":
         return (inv / s).to(dtype)
     if kind == "yarn":
