@@ -30,6 +30,7 @@ import yaml
 
 from posx.config.paths import options
 from posx.errors import ConfigError, one_line
+from posx.pretrained.longrope import longrope_config
 from posx.pretrained.scaling import HF_TYPES, Variant, rope_parameters, scaled_config
 
 GROUP = "extension"
@@ -38,8 +39,9 @@ FACTOR = "${extend.factor}"
 # posx's own extensions count the scaling from the first base (a chain); a pretrained model is
 # its own first base, so the two are one factor here
 FACTORS = (FACTOR, "${extend.base_factor}")
-# the posx scaling types a transformers config can hold (static NTK raises rope_theta)
-SCALINGS = (*HF_TYPES, "ntk")
+# the posx scaling types a transformers config can hold (static NTK raises rope_theta; LongRoPE's
+# factors are searched, posx/pretrained/longrope.py)
+SCALINGS = (*HF_TYPES, "ntk", "longrope")
 # keys of a method yaml this branch reads; the others set posx's own training (train.steps ...)
 # from extend.*, which `posx extend hf:` reads directly
 READ = {"train", "eval", "encoding", "positions", "defaults"}
@@ -165,6 +167,8 @@ def extended_config(config: Any, method: Method, factor: float, trained: int, le
         return copy.deepcopy(config)
     if method.scaling is None:
         new = copy.deepcopy(config)
+    elif method.scaling == "longrope":  # YaRN's factors until the search replaces them
+        new = longrope_config(config, None, trained, length)
     else:
         new = scaled_config(config, Variant(method.scaling, factor), trained)
     if method.scaling != "dynamic_ntk":

@@ -38,6 +38,7 @@ from posx.pretrained.extend_train import (
     make_optimizer,
     train,
 )
+from posx.pretrained.longrope import search_factors
 from posx.pretrained.request import DEFAULTS, Request
 from posx.pretrained.run import RUNS_DIR, evaluate_pretrained
 from posx.pretrained.scaling import rope_parameters
@@ -125,6 +126,12 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
     if world.is_main:
         run.mkdir(parents=True, exist_ok=True)
         write_json(run / "run.json", {**record, "status": "running", "step": 0})
+    if plan.method.scaling == "longrope":  # the factors first, then the model built with them
+        found = search_factors(plan, text.ids, run, say, world)
+        record = _record(plan, run, text.describe)
+        record["extension"]["longrope"] = found
+        if world.is_main:
+            write_json(run / "run.json", {**record, "status": "running", "step": 0})
     engine = build_engine(plan.source, plan.config, plan.trust, world, plan.device, plan.bf16,
                           v["train.checkpointing"])  # fmt: skip
     optimizer = make_optimizer(engine, budget)

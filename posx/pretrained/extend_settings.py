@@ -41,9 +41,21 @@ DEFAULTS: dict[str, Any] = {
     "label": None,
     "experiment": None,
     "root": "results",
+    # extension=longrope: the search's sizes (posx/pretrained/longrope.py; the reference's
+    # are 64, 32, 16, 16, 40 on GPUs) and the windows of the target length it scores on
+    "longrope.population": 8,
+    "longrope.parents": 4,
+    "longrope.mutations": 4,
+    "longrope.crossovers": 2,
+    "longrope.iterations": 3,
+    "longrope.step": 0.01,
+    "longrope.seed": 0,
+    "longrope.windows": 2,
 }
-POSITIVE = ("extend.steps", "train.batch_size", "train.micro_batch", "train.checkpoint_every",
-            "eval.tokens", "eval.batch_tokens", "extend.length", "train.world_size")  # fmt: skip
+POSITIVE = ("train.batch_size", "train.micro_batch", "train.checkpoint_every",
+            "eval.tokens", "eval.batch_tokens", "extend.length", "train.world_size",
+            "longrope.population", "longrope.parents", "longrope.iterations",
+            "longrope.windows")  # fmt: skip
 
 
 @dataclass
@@ -116,10 +128,13 @@ def check_settings(values: dict[str, Any]) -> dict[str, Any]:
         value = values[key]
         if value is not None and (not _is_int(value) or value <= 0):
             raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-    for key in ("extend.warmup_steps", "seed"):
+    # extend.steps=0: the method's scaling alone, no fine-tuning (LongRoPE's searched factors)
+    for key in ("extend.steps", "extend.warmup_steps", "seed", "longrope.mutations",
+                "longrope.crossovers", "longrope.seed"):  # fmt: skip
         if not _is_int(values[key]) or values[key] < 0:
             raise ConfigError(f"{key} must be an integer >= 0, got {values[key]!r}")
-    for key, low in (("extend.factor", 1.0), ("extend.lr", 0.0), ("train.grad_clip", 0.0)):
+    for key, low in (("extend.factor", 1.0), ("extend.lr", 0.0), ("train.grad_clip", 0.0),
+                     ("longrope.step", 1e-6)):  # fmt: skip
         value = values[key] = _number(values[key])
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
             raise ConfigError(f"{key} must be a number >= {low:g}, got {value!r}")
@@ -134,9 +149,19 @@ def check_settings(values: dict[str, Any]) -> dict[str, Any]:
         not isinstance(lengths, list) or not all(_is_int(n) and n > 0 for n in lengths)
     ):
         raise ConfigError(f"eval.lengths must be a list of positive integers, got {lengths!r}")
+    _check_search(values)
     if values["train.batch_size"] % values["train.micro_batch"]:
         raise ConfigError(
             f"train.batch_size ({values['train.batch_size']}) must be a multiple of "
             f"train.micro_batch ({values['train.micro_batch']})"
         )
     return values
+
+
+def _check_search(values: dict[str, Any]) -> None:
+    """LongRoPE's search sizes fit each other (its parents are drawn from its population)."""
+    if values["longrope.parents"] > values["longrope.population"]:
+        raise ConfigError(
+            f"longrope.parents ({values['longrope.parents']}) must be at most "
+            f"longrope.population ({values['longrope.population']})"
+        )
