@@ -80,6 +80,23 @@ class EvalConfig:
 
 
 @dataclass
+class LongRopeSearchConfig:
+    """``extension=longrope``: the evolutionary search of per-dimension RoPE factors that runs
+    before the fine-tuning (posx/runs/extend_longrope.py; the sizes of
+    posx/evaluation/longrope_search.py), scored on ``windows`` training batches of the target
+    length (the held-in data)."""
+
+    population: int = 8
+    parents: int = 4
+    mutations: int = 4
+    crossovers: int = 2
+    iterations: int = 3
+    step: float = 0.01
+    seed: int = 0
+    windows: int = 2
+
+
+@dataclass
 class ExtendConfig:
     """What an extension run (``posx extend PARENT``) starts from: set by ``posx extend``, not
     by hand. Empty (``parent`` None) for a run trained from scratch."""
@@ -111,6 +128,7 @@ class ExtendConfig:
     # A parameter whose shape the overrides change (learned's table when train.length grows):
     # none (refuse), interpolate (resample the rows to the new count) or copy (tile the rows).
     resize: str = "none"
+    longrope: LongRopeSearchConfig = field(default_factory=LongRopeSearchConfig)
 
 
 @dataclass

@@ -11,6 +11,7 @@ its own run directory under the parent's results root. Its ``run.json`` records 
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from posx.config.keys import at_or_below, override_key
 from posx.config.paths import user_config_dirs
 from posx.errors import ConfigError, Interrupted, PosxError, PosxWarning
 from posx.runs.extend_length import PARENT_ONLY, Lengths, launch_lengths
+from posx.runs.extend_longrope import search_overrides, searches, wants_search
 from posx.runs.extend_methods import (
     GROUP,
     TARGET,
@@ -203,7 +205,8 @@ def split_methods(user: list[str], dirs: list[Path], parent: dict[str, Any]) -> 
     (each method must replace only its own)."""
     methods = chosen_methods(user)
     kept = {tuple(_kept(parent, user, dirs, [m])) for m in methods}
-    if len(kept) <= 1:
+    # a method that searches before its launch (LongRoPE) is a launch of its own
+    if len(kept) <= 1 and not (len(methods) > 1 and any(searches(m, dirs) for m in methods)):
         return [user]
     return [with_methods(user, [m]) for m in methods]
 
@@ -221,6 +224,11 @@ def _check_class(run: SavedRun, parent: dict[str, Any], cfg: DictConfig, user: l
         )
 
 
+def _say(line: str) -> None:
+    """A progress line of the work before a launch (LongRoPE's search), on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _launches(
     run: SavedRun, parent: dict[str, Any], user: list[str], dirs: list[Path]
 ) -> list[list[str]]:
@@ -230,12 +238,22 @@ def _launches(
     keys = {override_key(o) for o in user}
     placeholder = [] if "extend.length" in keys else [f"extend.length={parent['cfg'].train.length}"]
     configs: dict[tuple[str, ...], tuple[DictConfig, Lengths]] = {}
+    searched: dict[Lengths, list[str]] = {}  # extension=longrope: the factors found per launch
 
     def composed(combo: list[str]) -> tuple[DictConfig, Lengths]:
         if tuple(combo) not in configs:  # the factor first, then the config at its lengths
             probe = compose([*_merged(parent, combo, dirs), *placeholder], dirs)
             lengths = launch_lengths(probe, parent["cfg"], keys)
-            cfg = compose([*_merged(parent, combo, dirs), *lengths.settings()], dirs)
+            launch = [*_merged(parent, combo, dirs), *lengths.settings()]
+            cfg = compose(launch, dirs)
+            if wants_search(cfg):
+                if len(combos) > 1:
+                    raise ConfigError(
+                        "extension=longrope searches its factors for one launch; run each "
+                        "combination of a sweep as its own posx extend"
+                    )
+                searched[lengths] = search_overrides(run, cfg, launch, dirs, _say)
+                cfg = compose([*launch, *searched[lengths]], dirs)
             configs[tuple(combo)] = cfg, lengths
         return configs[tuple(combo)]
 
@@ -249,7 +267,7 @@ def _launches(
     check_shapes(run, combos, lambda combo: composed(combo)[0])
     if len(groups) == 1:
         ((lengths, _),) = groups.items()
-        return [[*_merged(parent, user, dirs), *lengths.settings()]]
+        return [[*_merged(parent, user, dirs), *lengths.settings(), *searched.get(lengths, [])]]
     out = []
     for lengths in groups:  # the factor (and length) pinned, the other sweeps kept
         pinned = [o for o in user if override_key(o) not in PARENT_ONLY]
