@@ -82,7 +82,7 @@ class EvalConfig:
 @dataclass
 class LongRopeSearchConfig:
     """``extension=longrope``: the evolutionary search of per-dimension RoPE factors that runs
-    before the fine-tuning (posx/runs/extend_longrope.py; the sizes of
+    before the fine-tuning (posx/runs/extend/longrope.py; the sizes of
     posx/evaluation/longrope_search.py), scored on ``windows`` training batches of the target
     length (the held-in data)."""
 

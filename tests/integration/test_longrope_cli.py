@@ -69,8 +69,8 @@ def test_the_search_is_never_worse_than_its_starts_and_is_shown(searched):
 def test_the_search_split_is_held_in_text_never_held_out(models):  # noqa: F811
     from transformers import AutoTokenizer
 
-    from posx.pretrained.extend_data import held_in_bytes, tokenize_held_in
-    from posx.pretrained.longrope import search_windows
+    from posx.pretrained.extend.data import held_in_bytes, tokenize_held_in
+    from posx.pretrained.extend.longrope import search_windows
     from posx.pretrained.text import held_out_bytes
 
     corpus = models / "corpus_split.txt"

@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "label": None,
     "experiment": None,
     "root": "results",
-    # extension=longrope: the search's sizes (posx/pretrained/longrope.py; the reference's
+    # extension=longrope: the search's sizes (posx/pretrained/extend/longrope.py; the reference's
     # are 64, 32, 16, 16, 40 on GPUs) and the windows of the target length it scores on
     "longrope.population": 8,
     "longrope.parents": 4,

@@ -30,7 +30,7 @@ import yaml
 
 from posx.config.paths import options
 from posx.errors import ConfigError, one_line
-from posx.pretrained.longrope import longrope_config
+from posx.pretrained.extend.longrope import longrope_config
 from posx.pretrained.scaling import HF_TYPES, Variant, rope_parameters, scaled_config
 
 GROUP = "extension"
@@ -40,7 +40,7 @@ FACTOR = "${extend.factor}"
 # its own first base, so the two are one factor here
 FACTORS = (FACTOR, "${extend.base_factor}")
 # the posx scaling types a transformers config can hold (static NTK raises rope_theta; LongRoPE's
-# factors are searched, posx/pretrained/longrope.py)
+# factors are searched, posx/pretrained/extend/longrope.py)
 SCALINGS = (*HF_TYPES, "ntk", "longrope")
 # keys of a method yaml this branch reads; the others set posx's own training (train.steps ...)
 # from extend.*, which `posx extend hf:` reads directly
