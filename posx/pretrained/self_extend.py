@@ -25,6 +25,7 @@ from posx.kernels.self_extend import (
     grouped_query_positions,
     self_extend_attend,
 )
+from posx.pretrained.attention import register_attention, repeat_heads
 
 IMPLEMENTATION = "posx_selfextend"
 CONFIG_KEY = "posx_self_extend"
@@ -37,12 +38,7 @@ BLOCK_SIZE = 256
 
 def register() -> None:
     """Registers the attention function and its mask with ``transformers`` (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-
-    AttentionInterface.register(IMPLEMENTATION, self_extend_attention)
-    # the same mask as SDPA: None for plain causal windows, a bool [b, 1, q, k] with padding
-    AttentionMaskInterface.register(IMPLEMENTATION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    register_attention(IMPLEMENTATION, self_extend_attention)
 
 
 def unsupported_reason(model: torch.nn.Module, rope_type: str | None) -> str:
@@ -118,11 +114,6 @@ def rerotate(x: Tensor, delta: Tensor, inv_freq: Tensor) -> Tensor:
     return turned if rot == x.shape[-1] else torch.cat((turned, x[..., rot:]), dim=-1)
 
 
-def _repeat_heads(x: Tensor, heads: int) -> Tensor:
-    """Grouped-query keys or values ``[b, h_kv, s, d]`` repeated to ``heads``."""
-    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
-
-
 def self_extend_attention(
     module: torch.nn.Module,
     query: Tensor,
@@ -164,7 +155,7 @@ def self_extend_attention(
     if pos.dim() == 2 and bool((pos == pos[:1]).all()):
         pos = pos[0]  # one row shared by the batch
     inv_freq = torch.tensor(settings["inv_freq"], dtype=torch.float32, device=query.device)
-    key, value = _repeat_heads(key, heads), _repeat_heads(value, heads)
+    key, value = repeat_heads(key, heads), repeat_heads(value, heads)
     q_grp = rerotate(query, grouped_query_positions(pos, group, window) - pos, inv_freq)
     k_grp = rerotate(key, grouped_key_positions(pos, group) - pos, inv_freq)
     out = self_extend_attend(

@@ -78,6 +78,8 @@ def test_every_method_extends_keeping_the_class_or_is_refused(cli, bases, encodi
     for line in scaling.values():  # one line: why, and what fits instead
         assert "has no setting 'scaling'" in line and "methods that fit" in line, line
     assert _declares_scaling(encoding) == (not scaling)
+    lora = skipped.pop("longlora", "")  # LoRA adapters of a transformers model: never a posx run
+    assert "trains LoRA adapters of a transformers model" in lora, lora
     for method, line in skipped.items() - scaling.items():  # PoSE's positions the encoding
         assert method == "pose" and "positions=pose" in line, line  # cannot take (Abacus, learned)
 

@@ -30,6 +30,7 @@ import yaml
 
 from posx.config.paths import options
 from posx.errors import ConfigError, one_line
+from posx.pretrained.extend.longlora import LoraSpec
 from posx.pretrained.extend.longrope import longrope_config
 from posx.pretrained.scaling import HF_TYPES, Variant, rope_parameters, scaled_config
 
@@ -44,7 +45,7 @@ FACTORS = (FACTOR, "${extend.base_factor}")
 SCALINGS = (*HF_TYPES, "ntk", "longrope")
 # keys of a method yaml this branch reads; the others set posx's own training (train.steps ...)
 # from extend.*, which `posx extend hf:` reads directly
-READ = {"train", "eval", "encoding", "positions", "defaults"}
+READ = {"train", "eval", "encoding", "positions", "defaults", "longlora"}
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,14 @@ class Method:
             or None (plain fine-tuning, PoSE, the control).
         at_target: Fine-tune at the target length (else at the trained context).
         pose_chunks: PoSE's chunks when the method spreads positions over the target, else 0.
+        lora: LongLoRA's adapters and attention (the yaml's ``longlora:``), or None.
     """
 
     name: str
     scaling: str | None
     at_target: bool
     pose_chunks: int = 0
+    lora: LoraSpec | None = None
 
 
 def needs_rope_scaling(method: Method) -> bool:
@@ -94,7 +97,8 @@ def read_method(name: str, dirs: Sequence[Path] = ()) -> Method:
             f"extension={name} sets {other[0]}, which a pretrained model does not take "
             "(posx extend hf: reads train.length, encoding.scaling and positions)"
         )
-    return Method(name, _scaling(name, node), _at_target(name, node), _pose(name, node))
+    lora = LoraSpec.read(name, node["longlora"]) if "longlora" in node else None
+    return Method(name, _scaling(name, node), _at_target(name, node), _pose(name, node), lora)
 
 
 def _scaling(name: str, node: dict[str, Any]) -> str | None:

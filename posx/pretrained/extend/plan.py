@@ -14,6 +14,7 @@ import torch
 
 from posx.errors import ConfigError
 from posx.pretrained import load
+from posx.pretrained.extend.longlora import LoraSpec, check_length, check_targets
 from posx.pretrained.extend.memory import Layout, Shape, describe, estimate, fitting, model_shape
 from posx.pretrained.extend.method import Method, check_family, extended_config, read_method
 from posx.pretrained.extend.settings import Options
@@ -150,6 +151,8 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     except Exception as err:  # noqa: BLE001 - a config transformers cannot build
         raise ConfigError(f"cannot build {config.model_type} from its config: {err}") from err
     check_family(meta, config, method)
+    if method.lora is not None:  # LoRA's targets, S²-Attn's groups, one process
+        check_longlora(meta, method.lora, length if method.at_target else trained, world)
     shape = model_shape(meta, config)
     window = length if method.at_target else trained
     layout = Layout(window, values["train.micro_batch"], world.size, values["train.checkpointing"],
@@ -161,6 +164,21 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
                 device, bf16, shape, layout, parts, values["label"] or label)  # fmt: skip
 
 
+def check_longlora(meta: torch.nn.Module, spec: LoraSpec, window: int, world: World) -> None:
+    """What LongLoRA needs of the model, the length and the processes, before anything runs.
+
+    Raises:
+        ConfigError: No target projections, a length S²-Attn cannot group, or ``torchrun``.
+    """
+    check_targets(meta, spec)
+    check_length(window, spec)
+    if world.size > 1:
+        raise ConfigError(
+            "extension=longlora trains in one process for now (FSDP2 with LoRA is not built); "
+            "run it without torchrun"
+        )
+
+
 def _label(base: str, method: Method, factor: float, window: int) -> str:
     """``BASE+yarn×4+ft@16384``, as posx names its own extensions."""
     parts = [base]
@@ -168,6 +186,8 @@ def _label(base: str, method: Method, factor: float, window: int) -> str:
         parts.append(f"{method.scaling}×{factor:g}")
     if method.pose_chunks:
         parts.append("pose")
+    if method.lora is not None:
+        parts.append("longlora")
     return "+".join(parts) + f"+ft@{window}"
 
 

@@ -27,6 +27,7 @@ from posx.pretrained import load
 from posx.pretrained.evaluate import Settings
 from posx.pretrained.extend.data import held_in_bytes, tokenize_held_in
 from posx.pretrained.extend.engine import build_engine, full_weights, save_model
+from posx.pretrained.extend.longlora import ADAPTER_DIR, apply_lora, merge, save_adapter
 from posx.pretrained.extend.longrope import search_factors
 from posx.pretrained.extend.plan import Plan, check_fits, make_plan
 from posx.pretrained.extend.settings import Options, check_settings, parse_settings
@@ -134,6 +135,7 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
             write_json(run / "run.json", {**record, "status": "running", "step": 0})
     engine = build_engine(plan.source, plan.config, plan.trust, world, plan.device, plan.bf16,
                           v["train.checkpointing"])  # fmt: skip
+    lora = _with_lora(plan, engine, record, run)
     optimizer = make_optimizer(engine, budget)
     start, rows = 0, []
     found = latest_state(run / STATE_DIR) if resume else None
@@ -156,6 +158,9 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
         raise Interrupted(
             f"interrupted at step {stop.step}; checkpoint saved; run: posx resume {run}"
         ) from None
+    if lora is not None:  # the adapter beside the model, then merged into its weights
+        save_adapter(lora[0], engine.model, run / ADAPTER_DIR)
+        engine.model = merge(lora[0], engine.model, lora[1])
     weights = full_weights(engine)
     if world.is_main:
         save_model(engine, weights, run / MODEL_DIR, _saved_dtype(plan.source))
@@ -167,6 +172,30 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
         shutil.rmtree(run / STATE_DIR, ignore_errors=True)
     _leave(world)
     return run
+
+
+def _with_lora(plan: Plan, engine: Any, record: dict[str, Any], run: Path) -> tuple | None:
+    """LongLoRA's adapters in the engine's model (in place), recorded in ``run.json``; returns
+    the ``peft`` model and the model's own attention implementation (None for other methods)."""
+    spec = plan.method.lora
+    if spec is None:
+        return None
+    attention = engine.model.config._attn_implementation
+    peft_model = apply_lora(engine.model, spec)
+    params = dict(engine.model.named_parameters())
+    lora = sum(p.numel() for n, p in params.items() if "lora_" in n)
+    record["extension"]["longlora"] = {
+        "rank": spec.rank, "alpha": spec.alpha, "targets": list(spec.targets),
+        "trainable": list(spec.trainable), "group_fraction": spec.group_fraction,
+        "attention": "S2-Attn in training, full at evaluation",
+        "lora_parameters": lora,
+        "trainable_parameters": sum(p.numel() for p in params.values() if p.requires_grad),
+        "parameters": sum(p.numel() for n, p in params.items() if "lora_" not in n),
+        "adapter": str(run / ADAPTER_DIR),
+    }  # fmt: skip
+    if plan.world.is_main:
+        write_json(run / "run.json", {**record, "status": "running", "step": 0})
+    return peft_model, attention
 
 
 def _leave(world: World) -> None:

@@ -77,7 +77,13 @@ def misfit(name: str, encoding: Any, dirs: list[Path]) -> str | None:
         dirs: The user's config dirs (their methods count too).
     """
     node = encoding if isinstance(encoding, DictConfig) else OmegaConf.create({})
-    for key in sorted(k for k in method_keys(name, dirs) if k.startswith("encoding.")):
+    keys = method_keys(name, dirs)
+    if any(k.split(".")[0] == "longlora" for k in keys):  # adapters of a transformers model
+        return (
+            f"extension={name} trains LoRA adapters of a transformers model (posx extend "
+            f"hf:MODEL extension={name}), not a posx run"
+        )
+    for key in sorted(k for k in keys if k.startswith("encoding.")):
         path = key.removeprefix("encoding.")
         if path == "_target_":
             return f"it sets {TARGET}, which replaces the encoding"

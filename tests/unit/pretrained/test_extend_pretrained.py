@@ -14,7 +14,8 @@ from posx.pretrained.extend.memory import Layout, Shape, estimate, fitting
     ("name", "scaling", "at_target", "chunks"),
     [("yarn", "yarn", True, 0), ("pi", "linear", True, 0), ("ntk", "ntk", True, 0),
      ("llama3", "llama3", True, 0), ("plain", None, True, 0), ("control", None, False, 0),
-     ("pose", None, False, 2), ("longrope", "longrope", True, 0)],
+     ("pose", None, False, 2), ("longrope", "longrope", True, 0),
+     ("longlora", "linear", True, 0)],
 )  # fmt: skip
 def test_every_method_yaml_reads_as_a_pretrained_method(name, scaling, at_target, chunks):
     from posx.pretrained.extend.method import read_method

@@ -1,0 +1,192 @@
+"""LongLoRA (Chen et al. 2023) for ``posx extend hf:NAME extension=longlora``: LoRA adapters
+through ``peft`` plus trainable embeddings and norms, position interpolation, and shifted sparse
+attention (S²-Attn) while training.
+
+- **What trains**: LoRA of rank ``r`` and scale ``alpha`` on the attention projections
+  (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` by default), and every embedding and norm
+  layer (the paper's "embedding and normalization layers trainable"); everything else frozen.
+- **Attention**: a function registered in ``transformers``' ``AttentionInterface`` as
+  :data:`IMPLEMENTATION` (with SDPA's mask) and selected with ``set_attn_implementation``, so
+  no model class is patched: while the model is in training mode it is S²-Attn
+  (:mod:`posx.kernels.shifted_sparse`, group = ``group_fraction`` of the length), in eval mode
+  full causal attention.
+- **Output**: the adapters merged into the weights (``peft``'s ``merge_and_unload``), saved as
+  any extension's ``model/``, loadable in plain ``transformers``; the adapter itself
+  (``save_pretrained`` of the ``peft`` model) and the trained embeddings and norms
+  (``trainable_params.safetensors``, the reference's convention) in ``adapter/`` beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from posx.errors import ConfigError
+from posx.kernels.shifted_sparse import shifted_sparse_attention
+from posx.pretrained.attention import register_attention, repeat_heads
+
+IMPLEMENTATION = "posx_s2attn"
+CONFIG_KEY = "posx_s2attn_group_fraction"
+ADAPTER_DIR = "adapter"
+TRAINABLE_FILE = "trainable_params.safetensors"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LongLoRA's settings (the method yaml's ``longlora:`` node).
+
+    Attributes:
+        rank: LoRA rank ``r``.
+        alpha: LoRA scale ``alpha`` (the update is ``alpha / r * B A``).
+        targets: Names of the linear layers LoRA adapts.
+        trainable: Parameter-name parts that train in full (embeddings, norms).
+        group_fraction: S²-Attn's group as a fraction of the training length.
+    """
+
+    rank: int = 8
+    alpha: float = 16.0
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    trainable: tuple[str, ...] = ("embed", "norm")
+    group_fraction: float = 0.25
+
+    @classmethod
+    def read(cls, name: str, node: Any) -> LoraSpec:
+        """The spec of method ``name``'s ``longlora:`` node.
+
+        Raises:
+            ConfigError: A key it does not take, or a value of the wrong kind.
+        """
+        if not isinstance(node, dict):
+            raise ConfigError(f"extension={name}: longlora must be a mapping of settings")
+        known = {"rank", "alpha", "targets", "trainable", "group_fraction"}
+        other = sorted(set(node) - known)
+        if other:
+            raise ConfigError(
+                f"extension={name}: longlora has no setting {other[0]!r}; it takes "
+                + ", ".join(sorted(known))
+            )
+        spec = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in node.items()})
+        ok = isinstance(spec.rank, int) and spec.rank > 0 and spec.alpha > 0
+        ok = ok and all(isinstance(t, str) for t in (*spec.targets, *spec.trainable))
+        if not ok or not spec.targets or not 0 < spec.group_fraction <= 1:
+            raise ConfigError(
+                f"extension={name}: longlora needs rank > 0, alpha > 0, a list of targets and "
+                "group_fraction in (0, 1]"
+            )
+        return spec
+
+
+def register() -> None:
+    """Registers the attention function and its mask with ``transformers`` (idempotent)."""
+    register_attention(IMPLEMENTATION, s2_attention)
+
+
+def s2_attention(
+    module: torch.nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """S²-Attn while ``module`` trains, full causal attention otherwise (the interface's
+    signature: ``[b, h, s, d]`` in, ``[b, s, h, d]`` out)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if not module.training:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                      dropout=dropout, **kwargs)  # fmt: skip
+    heads = query.shape[1]
+    key, value = repeat_heads(key, heads), repeat_heads(value, heads)
+    s = query.shape[-2]
+    group = max(2, round(s * getattr(module.config, CONFIG_KEY)))
+    out = shifted_sparse_attention(query, key, value, group, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def check_length(length: int, spec: LoraSpec) -> None:
+    """The training length must hold whole groups of S²-Attn.
+
+    Raises:
+        ConfigError: It does not, naming lengths that would.
+    """
+    group = max(2, round(length * spec.group_fraction))
+    if length % group or group % 2:
+        raise ConfigError(
+            f"S²-Attn groups {length} tokens by {group} (longlora.group_fraction "
+            f"{spec.group_fraction}); the length must be a multiple of an even group "
+            f"(e.g. extend.length={4 * 2 * max(1, length // 8)})"
+        )
+
+
+def check_targets(model: torch.nn.Module, spec: LoraSpec) -> None:
+    """LoRA's target projections must exist in ``model``.
+
+    Raises:
+        ConfigError: None of them does (e.g. GPT-NeoX's fused ``query_key_value``).
+    """
+    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear)}  # fmt: skip
+    missing = [t for t in spec.targets if t not in names]
+    if missing:
+        raise ConfigError(
+            f"extension=longlora adapts {', '.join(spec.targets)}, but "
+            f"{model.config.model_type} has no {', '.join(missing)} (its linear layers: "
+            f"{', '.join(sorted(names)[:8])}); LongLoRA needs separate attention projections"
+        )
+
+
+def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> Any:
+    """Injects LoRA into ``model`` (in place), freezes the rest but embeddings and norms, and
+    selects S²-Attn for training.
+
+    Returns:
+        The ``peft`` model wrapping ``model`` (for saving the adapter and merging).
+    """
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise ConfigError("extension=longlora needs peft: pip install 'posx[longlora]'") from err
+    check_targets(model, spec)
+    config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, target_modules=list(spec.targets),
+                        lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")  # fmt: skip
+    peft_model = get_peft_model(model, config)
+    for name, param in model.named_parameters():
+        if "lora_" not in name and any(part in name for part in spec.trainable):
+            param.requires_grad_(True)
+    register()
+    setattr(model.config, CONFIG_KEY, float(spec.group_fraction))
+    model.set_attn_implementation(IMPLEMENTATION)
+    return peft_model
+
+
+def trainable_names(model: torch.nn.Module) -> list[str]:
+    """The names of the parameters that train."""
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def save_adapter(peft_model: Any, model: torch.nn.Module, out: Path) -> None:
+    """The adapter (``peft``'s ``save_pretrained``) and the trained embeddings and norms
+    (:data:`TRAINABLE_FILE`) into ``out``."""
+    from safetensors.torch import save_file
+
+    peft_model.save_pretrained(out)
+    full = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters()
+            if p.requires_grad and "lora_" not in n}  # fmt: skip
+    save_file(full, out / TRAINABLE_FILE)
+
+
+def merge(peft_model: Any, model: torch.nn.Module, implementation: str) -> torch.nn.Module:
+    """The adapters merged into the weights (the model plain again: no LoRA layers), its
+    attention back to ``implementation``."""
+    merged = peft_model.merge_and_unload()
+    if hasattr(merged.config, CONFIG_KEY):
+        delattr(merged.config, CONFIG_KEY)
+    merged.set_attn_implementation(implementation)
+    return merged

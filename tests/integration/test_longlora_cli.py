@@ -1,0 +1,71 @@
+"""``posx extend hf:MODEL extension=longlora`` as a user types it: a tiny random Llama gets LoRA
+adapters, trainable embeddings and norms, PI ×2 and S²-Attn in training; the merged model loads
+in plain transformers, the adapter lies beside it, run.json has the lineage; a model without
+separate q/k/v/o projections and a posx run are refused in one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import torch
+
+from tests.integration.test_cli_errors import assert_one_line_error
+from tests.integration.test_extend_pretrained_cli import extend_args, models, offline  # noqa: F401
+from tests.unit.pretrained.tiny_models import byte_level_tokenizer
+
+
+def test_longlora_saves_a_merged_model_and_its_adapter(cli, models, tmp_path):  # noqa: F811
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path / "out"
+    done = cli(*extend_args(models, root, "extension=longlora", "extend.factor=2",
+                            "eval.lengths=[64]"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = (root / "pretrained").iterdir()
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "extended" and info["encoding"] == "llama+linear×2+longlora+ft@64"
+    lora = info["extension"]["longlora"]
+    assert (lora["rank"], lora["alpha"], lora["group_fraction"]) == (8, 16, 0.25)
+    assert lora["trainable_parameters"] < lora["parameters"]
+    assert info["extension"]["rope_parameters"]["rope_type"] == "linear"
+    model = AutoModelForCausalLM.from_pretrained(run / "model")
+    assert model.config.rope_parameters["factor"] == 2.0
+    saved = load_file(run / "model" / "model.safetensors")
+    assert not any("lora" in k for k in saved)
+    base = load_file(models / "llama" / "model.safetensors")
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(saved[q], base[q])  # LoRA's update is merged into the weights
+    mlp = "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(saved[mlp], base[mlp])  # frozen
+    assert (run / "adapter" / "adapter_config.json").is_file()
+    trained = load_file(run / "adapter" / "trainable_params.safetensors")
+    assert "model.embed_tokens.weight" in trained and any("norm" in k for k in trained)
+    assert not hasattr(model.config, "posx_s2attn_group_fraction")
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    assert set(rows["status"]) == {"ok"} and set(rows["eval_length"]) == {64}
+
+
+def test_a_model_without_q_k_v_o_projections_is_refused(cli, models, tmp_path):  # noqa: F811
+    import transformers
+
+    neox = tmp_path / "neox"
+    tok = byte_level_tokenizer()
+    config = transformers.GPTNeoXConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=1, num_attention_heads=4,
+                                        max_position_embeddings=32)  # fmt: skip
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(neox)
+    tok.save_pretrained(neox)
+    root = tmp_path / "out"
+    result = cli(*extend_args(models, root, "extension=longlora", "extend.factor=2",
+                              model=str(neox)))  # fmt: skip
+    assert_one_line_error(result, 2, "gpt_neox has no q_proj, k_proj, v_proj, o_proj")
+    assert not root.exists()
+
+
+def test_a_posx_run_is_refused(cli, copy_run, tmp_path):
+    root = tmp_path / "out"
+    result = cli("extend", str(copy_run()), "extension=longlora", f"root={root}")
+    assert_one_line_error(result, 2, "extension=longlora trains LoRA adapters of a transformers")
+    assert not root.exists()
