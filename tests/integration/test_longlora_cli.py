@@ -64,6 +64,23 @@ def test_a_model_without_q_k_v_o_projections_is_refused(cli, models, tmp_path): 
     assert not root.exists()
 
 
+def test_without_peft_it_is_one_line(cli, models, tmp_path, monkeypatch):  # noqa: F811
+    import sys
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # import peft fails
+    root = tmp_path / "out"
+    result = cli(*extend_args(models, root, "extension=longlora", "extend.factor=2"))
+    assert_one_line_error(result, 2, "extension=longlora needs peft: pip install 'posx[longlora]'")
+    assert not root.exists()
+
+
+def test_a_length_s2_attn_cannot_group_is_one_line(cli, models, tmp_path):  # noqa: F811
+    root = tmp_path / "out"
+    result = cli(*extend_args(models, root, "extension=longlora", "extend.length=50"))
+    assert_one_line_error(result, 2, "S²-Attn groups 50 tokens by 12")
+    assert not root.exists()
+
+
 def test_a_posx_run_is_refused(cli, copy_run, tmp_path):
     root = tmp_path / "out"
     result = cli("extend", str(copy_run()), "extension=longlora", f"root={root}")

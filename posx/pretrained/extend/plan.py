@@ -170,6 +170,10 @@ def check_longlora(meta: torch.nn.Module, spec: LoraSpec, window: int, world: Wo
     Raises:
         ConfigError: No target projections, a length S²-Attn cannot group, or ``torchrun``.
     """
+    try:
+        import peft  # noqa: F401
+    except ImportError as err:
+        raise ConfigError("extension=longlora needs peft: pip install 'posx[longlora]'") from err
     check_targets(meta, spec)
     check_length(window, spec)
     if world.size > 1:
