@@ -86,3 +86,23 @@ def test_a_posx_run_is_refused(cli, copy_run, tmp_path):
     result = cli("extend", str(copy_run()), "extension=longlora", f"root={root}")
     assert_one_line_error(result, 2, "extension=longlora trains LoRA adapters of a transformers")
     assert not root.exists()
+
+
+def test_a_longlora_plan_fits_where_full_fine_tuning_does_not(cli, models, tmp_path):  # noqa: F811
+    import re
+
+    def plan(method: str, limit: str = "80G") -> tuple[float, str]:
+        args = [f"extension={method}", "extend.factor=2", f"train.max_memory={limit}", "--dry-run"]
+        out = cli(*extend_args(models, tmp_path / "out", *args)).stdout
+        states = re.search(r"states ([\d.]+) MiB", out)
+        fits = re.search(r"fits +(\w+)", out)
+        return float(states.group(1)) if states else -1.0, fits.group(1) if fits else out
+
+    (full, _), (lora, _) = plan("pi"), plan("longlora")
+    assert 0 < lora < full, (full, lora)  # the frozen weights carry no gradient, no AdamW state
+    total = {m: float(re.search(r"= ([\d.]+) MiB", cli(*extend_args(
+        models, tmp_path / "out", f"extension={m}", "extend.factor=2", "--dry-run")).stdout
+    ).group(1)) for m in ("pi", "longlora")}  # fmt: skip
+    between = f"{(total['pi'] + total['longlora']) / 2 * 2**20:.0f}"
+    assert plan("pi", between)[1] == "no" and plan("longlora", between)[1] == "yes"
+    assert not (tmp_path / "out").exists()

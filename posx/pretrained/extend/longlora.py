@@ -142,6 +142,17 @@ def check_targets(model: torch.nn.Module, spec: LoraSpec) -> None:
         )
 
 
+def trainable_count(model: torch.nn.Module, spec: LoraSpec) -> int:
+    """Parameters LongLoRA trains in ``model`` (built on any device, before LoRA): ``r·(in +
+    out)`` per target projection, plus every embedding and norm parameter."""
+    linear = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    targets = [m for n, m in linear if n.rsplit(".", 1)[-1] in spec.targets]
+    lora = sum(spec.rank * (m.in_features + m.out_features) for m in targets)
+    full = sum(p.numel() for n, p in model.named_parameters()
+               if any(part in n for part in spec.trainable))  # fmt: skip
+    return lora + full
+
+
 def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> Any:
     """Injects LoRA into ``model`` (in place), freezes the rest but embeddings and norms, and
     selects S²-Attn for training.

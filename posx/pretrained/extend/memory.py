@@ -7,6 +7,8 @@ Per process, for ``P`` parameters sharded over ``W`` processes (FSDP), windows o
 fp32):
 
 - **states** ``16·P/W``: fp32 master weights, gradients and AdamW's two moments, sharded;
+  with ``T`` of the ``P`` parameters trained (LongLoRA: its adapters, embeddings and norms),
+  ``(4·P + 12·T)/W``: only what trains has a gradient and optimizer state;
 - **gathered** (``W > 1``): the layers FSDP holds unsharded at once (the current and the
   prefetched one, ``2·b·layer``) and the unsharded embeddings and head (``b·(P - n·layer)``);
   (``W = 1`` in bf16: autocast's bf16 copy of the weights, ``2·P``);
@@ -47,6 +49,7 @@ class Shape:
     kv: int  # key/value width: kv_heads x head_dim
     inner: int
     vocab: int
+    trainable: int | None = None  # parameters that train (None: all of them)
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,9 @@ def estimate(shape: Shape, layout: Layout) -> dict[str, int]:
     else:
         acts = tokens * (s.layers + 1) * per_layer
     loss = tokens * s.hidden * (b + 4) + min(tokens, LOSS_CHUNK) * s.vocab * (b + 12)
+    trained = s.params if s.trainable is None else s.trainable
     return {
-        "states": 16 * s.params // lay.world,
+        "states": (4 * s.params + 12 * trained) // lay.world,
         "gathered": gathered,
         "activations": acts,
         "loss": loss,

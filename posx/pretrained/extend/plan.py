@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from posx.errors import ConfigError
 from posx.pretrained import load
-from posx.pretrained.extend.longlora import LoraSpec, check_length, check_targets
+from posx.pretrained.extend.longlora import (
+    LoraSpec,
+    check_length,
+    check_targets,
+    trainable_count,
+)
 from posx.pretrained.extend.memory import Layout, Shape, describe, estimate, fitting, model_shape
 from posx.pretrained.extend.method import Method, check_family, extended_config, read_method
 from posx.pretrained.extend.settings import Options
@@ -154,6 +159,8 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     if method.lora is not None:  # LoRA's targets, S²-Attn's groups, one process
         check_longlora(meta, method.lora, length if method.at_target else trained, world)
     shape = model_shape(meta, config)
+    if method.lora is not None:  # only the adapters, embeddings and norms carry optimizer state
+        shape = replace(shape, trainable=trainable_count(meta, method.lora))
     window = length if method.at_target else trained
     layout = Layout(window, values["train.micro_batch"], world.size, values["train.checkpointing"],
                     2 if bf16 else 4,

@@ -89,3 +89,19 @@ def test_a_model_without_the_target_projections_is_refused():
         model = transformers.AutoModelForCausalLM.from_config(config)
     with pytest.raises(ConfigError, match="gpt_neox has no q_proj, k_proj, v_proj, o_proj"):
         check_targets(model, LoraSpec())
+
+
+def test_the_memory_estimate_counts_optimizer_state_for_what_trains_only():
+    from posx.pretrained.extend.memory import Layout, estimate, model_shape
+
+    model = tiny_llama()
+    shape = model_shape(model, model.config)
+    layout = Layout(64, 1, 1, False, 4, False)
+    full = estimate(shape, layout)["states"]
+    from posx.pretrained.extend.longlora import trainable_count
+
+    counted = trainable_count(model, LoraSpec())
+    apply_lora(model, LoraSpec())
+    assert counted == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    lora = estimate(shape.__class__(**{**vars(shape), "trainable": counted}), layout)["states"]
+    assert full == 16 * shape.params and lora == 4 * shape.params + 12 * counted < full
