@@ -60,10 +60,10 @@ bench-extend-gpu: $(STAMP) ## posx extend hf: on Qwen2-0.5B/Llama-3.2-1B shapes 
 # pure-Python packages, copied from the venv so a machine without network can be given them
 # (PYTHONPATH=.gpu-deps; see docs/performance.md, "Extending a pretrained model on a GPU"). It only
 # reads the venv, so it does not ask for (re)installing it.
-gpu-deps: ## Copy hydra, omegaconf and antlr4 (pure Python) into .gpu-deps/ for a GPU machine without them
+gpu-deps: ## Copy hydra, omegaconf, antlr4 and peft (pure Python) into .gpu-deps/ for a GPU machine without them
 	rm -rf .gpu-deps && mkdir -p .gpu-deps
-	cp -r $$($(BIN)/python -c "import os, hydra, omegaconf, antlr4; \
-		print(*(os.path.dirname(m.__file__) for m in (hydra, omegaconf, antlr4)))") .gpu-deps/
+	cp -r $$($(BIN)/python -c "import os, hydra, omegaconf, antlr4, peft; \
+		print(*(os.path.dirname(m.__file__) for m in (hydra, omegaconf, antlr4, peft)))") .gpu-deps/
 
 lint: $(STAMP) ## ruff check + format check + import layers (import-linter contracts in pyproject.toml)
 	$(BIN)/ruff check posx tests scripts

@@ -8,7 +8,9 @@ only sizes the embeddings) and, for each length, runs the real command in a fres
     posx extend hf:DIR extension=yarn extend.factor=LENGTH/TRAINED train.checkpointing=true
         extend.steps=4 train.batch_size=1 eval.lengths=[] ...
 
-(bf16 mixed precision on CUDA, ``train.precision=auto``). The models' trained context is set to
+(bf16 mixed precision on CUDA, ``train.precision=auto``), and the same with
+``extension=longlora`` (LoRA adapters, embeddings and norms trained, PI, S²-Attn; ``--methods``
+picks them). The models' trained context is set to
 4,096 tokens (``max_position_embeddings``; the published models say 32k and 128k), so 8k and 16k
 are YaRN x2 and x4 extensions; the context changes no parameter and no estimate.
 
@@ -28,8 +30,8 @@ stopped at the budget and its row says that.
     python scripts/bench_extend_gpu.py --tiny                          # tiny shapes (CPU default)
     python scripts/bench_extend_gpu.py --models qwen2-0.5b --lengths 8192 --steps 3 --budget 200
 
-On a lent GPU machine, whose image lacks hydra-core, omegaconf and antlr4 (pure Python; ``make
-gpu-deps`` copies them from the venv into ``.gpu-deps/``, carried with the working tree)::
+On a lent GPU machine, whose image lacks hydra-core, omegaconf, antlr4 and peft (pure Python;
+``make gpu-deps`` copies them from the venv into ``.gpu-deps/``, carried with the working tree)::
 
     PYTHONPATH=.gpu-deps python3 scripts/bench_extend_gpu.py --out $OUT
 
@@ -77,7 +79,8 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 REAL = {"models": "qwen2-0.5b,llama-3.2-1b", "lengths": "8192,16384", "trained": 4096}
 TINY = {"models": "tiny-qwen2", "lengths": "64,128", "trained": 32}
-FIELDS = ["model", "status", "params", "length", "trained", "device", "precision",
+METHODS = "yarn,longlora"  # full fine-tuning (YaRN) against LongLoRA's adapters, per length
+FIELDS = ["model", "method", "status", "params", "length", "trained", "device", "precision",
           "checkpointing", "steps", "tokens_per_s", "s_per_step", "wall_s", "estimate_gib",
           "peak_allocated_gib", "peak_reserved_gib", "reserved_over_estimate", "verdict",
           "estimate_parts", "note"]  # fmt: skip
@@ -129,9 +132,11 @@ class Pace:
         self.last[kind] = (work, seconds)
 
 
-def extend_words(model: Path, length: int, trained: int, args: argparse.Namespace) -> list[str]:
+def extend_words(
+    model: Path, method: str, length: int, trained: int, args: argparse.Namespace
+) -> list[str]:
     """The ``posx extend`` command line of one measurement."""
-    return ["extend", f"hf:{model}", "extension=yarn", f"extend.factor={length / trained:g}",
+    return ["extend", f"hf:{model}", f"extension={method}", f"extend.factor={length / trained:g}",
             f"extend.steps={args.steps}", "extend.warmup_steps=1", "train.batch_size=1",
             "train.micro_batch=1", "train.checkpointing=true",
             f"train.checkpoint_every={args.steps}", f"train.device={args.device}",
@@ -214,11 +219,12 @@ def skip_reason(left: float, predicted: float | None, what: str) -> str | None:
 
 
 def measure(
-    model: Path, length: int, trained: int, timeout: float, args: argparse.Namespace
+    model: Path, method: str, length: int, timeout: float, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Runs one measurement in a fresh process, so one length's peak never leaks into another;
     ``process_s`` is that process's whole time (imports, the plan, the command)."""
-    cmd = [sys.executable, __file__, "--child", *extend_words(model, length, trained, args)]
+    words = extend_words(model, method, length, args.trained, args)
+    cmd = [sys.executable, __file__, "--child", *words]
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
     began = time.perf_counter()
@@ -237,10 +243,15 @@ def measure(
 
 
 def row_of(
-    name: str, params: int, length: int, result: dict[str, Any], args: argparse.Namespace
+    name: str,
+    method: str,
+    params: int,
+    length: int,
+    result: dict[str, Any],
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     """The CSV row of one measurement, or of one skipped, stopped or failed."""
-    row: dict[str, Any] = {"model": name, "params": params, "length": length,
+    row: dict[str, Any] = {"model": name, "method": method, "params": params, "length": length,
                            "trained": args.trained, "steps": args.steps}  # fmt: skip
     for status in ("skipped", "stopped"):
         if status in result:
@@ -260,7 +271,7 @@ def row_of(
             "verdict": text}  # fmt: skip
 
 
-COLUMNS = {"model": "model", "params": "parameters", "length": "length",
+COLUMNS = {"model": "model", "method": "method", "params": "parameters", "length": "length",
            "tokens_per_s": "tokens/s", "s_per_step": "s/step", "estimate_gib": "estimate GiB",
            "peak_allocated_gib": "peak allocated GiB", "peak_reserved_gib": "peak reserved GiB",
            "reserved_over_estimate": "reserved / estimate", "verdict": "verdict"}  # fmt: skip
@@ -297,16 +308,17 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
             print(f"{name}: {params / 1e9:.3f}B parameters, saved in "
                   f"{time.perf_counter() - start:.1f} s", flush=True)  # fmt: skip
         for length in args.lengths:
-            work = params * length
-            why = why or skip_reason(left(), pace.predict("run", work), f"{name} at {length}")
-            if why:
-                result = {"skipped": why}
-            else:
-                result = measure(directory, length, args.trained, max(left(), 1.0), args)
-                if "process_s" in result:
-                    pace.record("run", work, result["process_s"])
-            rows.append(row_of(name, params, length, result, args))
-            print(json.dumps(rows[-1]), flush=True)
+            for method in args.methods:
+                work, what = params * length, f"{name} {method} at {length}"
+                skip = why or skip_reason(left(), pace.predict(method, work), what)
+                if skip:
+                    result = {"skipped": skip}
+                else:
+                    result = measure(directory, method, length, max(left(), 1.0), args)
+                    if "process_s" in result:
+                        pace.record(method, work, result["process_s"])
+                rows.append(row_of(name, method, params, length, result, args))
+                print(json.dumps(rows[-1]), flush=True)
         shutil.rmtree(directory, ignore_errors=True)
     return rows
 
@@ -325,7 +337,7 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         device = f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
     header = (f"Device: {device}; torch {torch.__version__}, transformers "
               f"{transformers.__version__}; {time.strftime('%Y-%m-%d %H:%M')}; "
-              f"{args.steps} steps of one window, YaRN from {args.trained}, "
+              f"{args.steps} steps of one window from {args.trained} ({', '.join(args.methods)}), "
               "train.checkpointing=true")  # fmt: skip
     (args.out / "bench_extend.md").write_text(markdown(rows, header))
 
@@ -338,6 +350,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     parser.add_argument("--models", help=f"comma-separated of {', '.join(SHAPES)}")
     parser.add_argument("--lengths", help="comma-separated window lengths")
+    parser.add_argument("--methods", default=METHODS, help="comma-separated extension methods")
     parser.add_argument("--trained", type=int, help="the models' trained context")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--corpus-bytes", type=int, default=2_000_000)
@@ -359,6 +372,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError:
         parser.error("--lengths takes integers like 8192,16384")
     args.trained = args.trained or defaults["trained"]
+    args.methods = args.methods.split(",")
     if args.steps < 1 or min(args.lengths) <= args.trained:
         parser.error(f"--steps must be >= 1 and every length longer than --trained {args.trained}")
     return args

@@ -60,29 +60,28 @@ def test_a_job_that_would_overrun_the_budget_is_skipped_with_the_reason(bench):
 
 def test_a_run_past_the_budget_is_stopped_and_its_row_says_so(bench, tmp_path):
     args = SimpleNamespace(steps=2, device="cpu", corpus_bytes=1000, workdir=tmp_path, trained=32)
-    result = bench.measure(tmp_path / "model", 64, 32, 1.0, args)  # python alone takes longer
+    result = bench.measure(tmp_path / "model", "yarn", 64, 1.0, args)  # python alone: longer
     assert result == {"stopped": "stopped at the time budget, after 1 s"}
-    row = bench.row_of("m", 5, 64, result, args)
+    row = bench.row_of("m", "yarn", 5, 64, result, args)
     assert (row["status"], row["note"]) == ("stopped", "stopped at the time budget, after 1 s")
 
 
 def test_markdown_table_says_why_a_row_was_not_measured(bench):
     rows = [
-        {"model": "m", "status": "measured", "params": 5, "length": 8192, "tokens_per_s": 900,
+        {"model": "m", "method": "yarn", "status": "measured", "params": 5, "length": 8192,
+         "tokens_per_s": 900,
          "s_per_step": 9.1, "estimate_gib": 20.0, "peak_allocated_gib": 19.0,
          "peak_reserved_gib": 21.0, "reserved_over_estimate": 1.05,
          "verdict": "within 20% (over by 5%)"},
-        {"model": "m", "status": "skipped", "params": 5, "length": 16384,
+        {"model": "m", "method": "longlora", "status": "skipped", "params": 5, "length": 16384,
          "note": "skipped: budget"},
     ]  # fmt: skip
     table = bench.markdown(rows, "Device: X").splitlines()
     assert table[0] == "Device: X"
-    assert table[2].startswith("| model | parameters | length | tokens/s |")
-    assert (
-        table[4]
-        == "| m | 5 | 8192 | 900 | 9.1 | 20.0 | 19.0 | 21.0 | 1.05 | within 20% (over by 5%) |"
-    )
-    assert table[5] == "| m | 5 | 16384 | - | - | - | - | - | - | skipped: budget |"
+    assert table[2].startswith("| model | method | parameters | length | tokens/s |")
+    measured = "| m | yarn | 5 | 8192 | 900 | 9.1 | 20.0 | 19.0 | 21.0 | 1.05 |"
+    assert table[4] == measured + " within 20% (over by 5%) |"
+    assert table[5] == "| m | longlora | 5 | 16384 | - | - | - | - | - | - | skipped: budget |"
 
 
 def test_real_shapes_are_the_published_models(bench):
@@ -97,7 +96,10 @@ def test_real_shapes_are_the_published_models(bench):
 def test_no_budget_skips_every_row_and_still_writes_the_table(tmp_path):
     proc, rows = run_script(tmp_path, "--budget", "0")
     assert proc.returncode == 0, proc.stderr
-    assert [(r["length"], r["status"]) for r in rows] == [("64", "skipped"), ("128", "skipped")]
+    assert [(r["length"], r["method"], r["status"]) for r in rows] == [
+        ("64", "yarn", "skipped"), ("64", "longlora", "skipped"),
+        ("128", "yarn", "skipped"), ("128", "longlora", "skipped"),
+    ]  # fmt: skip
     assert rows[0]["note"] == "skipped: the time budget was spent before building tiny-qwen2"
     assert int(rows[0]["params"]) > 0  # known without building it
     table = (tmp_path / "out" / "bench_extend.md").read_text()
@@ -108,7 +110,9 @@ def test_no_budget_skips_every_row_and_still_writes_the_table(tmp_path):
 def test_tiny_extension_on_the_cpu_measures_each_length(tmp_path):
     proc, rows = run_script(tmp_path, "--tiny", "--steps", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert [r["length"] for r in rows] == ["64", "128"]
+    assert [(r["length"], r["method"]) for r in rows] == [
+        ("64", "yarn"), ("64", "longlora"), ("128", "yarn"), ("128", "longlora"),
+    ]  # fmt: skip
     for row in rows:
         assert row["status"] == "measured" and row["device"] == "cpu"
         assert row["precision"] == "fp32" and row["checkpointing"] == "True"
@@ -119,7 +123,8 @@ def test_tiny_extension_on_the_cpu_measures_each_length(tmp_path):
 
 @pytest.mark.slow
 def test_a_refused_extension_is_a_failed_row_and_exit_1(tmp_path):
-    proc, rows = run_script(tmp_path, "--tiny", "--lengths", "64", "--corpus-bytes", "40")
+    proc, rows = run_script(tmp_path, "--tiny", "--lengths", "64", "--corpus-bytes", "40",
+                            "--methods", "yarn")  # fmt: skip
     assert proc.returncode == 1
     (row,) = rows
     assert row["status"] == "failed"
