@@ -15,7 +15,7 @@ from posx.errors import ConfigError
 # are Position Interpolation's (2e-5, 20 steps; Chen et al. 2023); the budget is short, as in
 # the papers (PI 1000 steps, YaRN 400), and the same for every method (LCEG).
 DEFAULTS: dict[str, Any] = {
-    "extension": None,  # configs/extension/NAME.yaml: pi, ntk, yarn, llama3, pose, plain, control
+    "extension": None,  # configs/extension/NAME.yaml: pi, ntk, yarn, llama3, longrope, longlora, ...
     "extend.factor": 4.0,
     "extend.length": None,  # default: factor x the model's trained context
     "extend.steps": 200,
@@ -121,8 +121,8 @@ def check_settings(values: dict[str, Any]) -> dict[str, Any]:
     """
     if not values["extension"]:
         raise ConfigError(
-            "posx extend hf:... needs a method: extension=NAME (pi, ntk, yarn, llama3, pose, "
-            "plain, control; configs/extension/)"
+            "posx extend hf:... needs a method: extension=NAME (pi, ntk, yarn, llama3, longrope, "
+            "longlora, pose, plain, control; configs/extension/)"
         )
     for key in POSITIVE:
         value = values[key]
