@@ -15,7 +15,7 @@ from posx.errors import ConfigError
 # are Position Interpolation's (2e-5, 20 steps; Chen et al. 2023); the budget is short, as in
 # the papers (PI 1000 steps, YaRN 400), and the same for every method (LCEG).
 DEFAULTS: dict[str, Any] = {
-    "extension": None,  # configs/extension/NAME.yaml: pi, ntk, yarn, llama3, longrope, longlora, ...
+    "extension": None,  # configs/extension/NAME.yaml: pi, yarn, longrope, longlora, ...
     "extend.factor": 4.0,
     "extend.length": None,  # default: factor x the model's trained context
     "extend.steps": 200,
