@@ -71,6 +71,8 @@ NOT_IDENTITY: dict[str, str] = {
     "extend.parent": "where the parent run is (its identity is extend.parent_fingerprint)",
     "extend.parent_sha256": "which replicate of the parent: one per seed (recorded in run.json)",
     "extend.parent_step": "the parent's last step (its train.steps, in its fingerprint)",
+    "extend.longrope": "LongRoPE's search settings: what they change, the factors, is in the "
+    "identity as encoding.scaling.factors",
     "train.device": "where it ran (recorded per eval row as `device`); what it changes, the "
     "precision `auto` resolves to, is in the identity as train.precision and eval.precision",
     "train.threads": "CPU threads",

@@ -122,7 +122,10 @@ def test_identity_leaves_out_exactly_the_listed_keys():
         "extend.parent", "extend.parent_sha256", "extend.parent_fingerprint",
         "extend.parent_label", "extend.parent_step", "extend.base_length", "extend.resize",
         "extend.length", "extend.factor", "extend.steps", "extend.lr", "extend.warmup_steps",
-        "extend.parent_length", "extend.base_factor",
+        "extend.parent_length", "extend.base_factor", "extend.longrope.population",
+        "extend.longrope.parents", "extend.longrope.mutations", "extend.longrope.crossovers",
+        "extend.longrope.iterations", "extend.longrope.step", "extend.longrope.seed",
+        "extend.longrope.windows",
     }  # fmt: skip
     flat, keys = flat_config(nested), identity_config(nested)
     assert left_out <= set(flat)  # every one of them is really there to be left out

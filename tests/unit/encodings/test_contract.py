@@ -122,11 +122,14 @@ def test_attention_block_size_does_not_change_outputs(
 # --- bf16 autocast: the GPU training path, run on the CPU ---------------------------------
 
 #: Every encoding yaml, plus RoPE under every scaling type (``none`` is ``rope.yaml`` itself).
+# LongRoPE takes its per-dimension factors (d_h = 16: 8 of them) with its type
+LONGROPE = ("+encoding.scaling.factors=[1.0,1.2,1.5,2.0,2.5,3.0,3.5,4.0]",)
 PRECISION_CASES = [(name, ()) for name in ENCODINGS] + [
     (
         "rope",
         (f"encoding.scaling.type={kind}", "encoding.scaling.factor=4")
-        + (() if kind == "none" else ("encoding.scaling.original_length=16",)),
+        + (() if kind == "none" else ("encoding.scaling.original_length=16",))
+        + (LONGROPE if kind == "longrope" else ()),
     )
     for kind in SCALING_TYPES
 ]

@@ -21,6 +21,8 @@ def make(kind: str, head_dim: int) -> RoPE:
     if kind == "xpos":
         return XPos(head_dim)
     scaling = None if kind == "none" else {"type": kind, "factor": 4.0}
+    if kind == "longrope":  # per-dimension factors, rising from 1 to the scale
+        scaling["factors"] = torch.linspace(1.0, 4.0, head_dim // 2).tolist()
     return RoPE(head_dim, scaling=scaling, train_length=TRAIN_LEN)
 
 

@@ -22,11 +22,14 @@ from posx.encodings.t5 import T5Bias
 from posx.kernels.flex.attention import FLEX_AVAILABLE, distance_table, flex_bias_attention
 from posx.kernels.memo import PositionMemo
 
+# LongRoPE takes its per-dimension factors (d_h = 16: 8 of them) with its type
+LONGROPE = ("+encoding.scaling.factors=[1.0,1.2,1.5,2.0,2.5,3.0,3.5,4.0]",)
 CASES = [(n.stem, ()) for n in sorted((CONFIG_DIR / "encoding").glob("*.yaml"))] + [
-    ("rope", (f"encoding.scaling.type={kind}", "encoding.scaling.factor=4"))
+    ("rope", (f"encoding.scaling.type={kind}", "encoding.scaling.factor=4")
+     + (LONGROPE if kind == "longrope" else ()))
     for kind in SCALING_TYPES
     if kind != "none"
-]
+]  # fmt: skip
 DIMS = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "train.length=128"]
 S = 24
 POSITIONS = {
