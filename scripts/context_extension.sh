@@ -15,7 +15,7 @@ read -r -a jobs <<< "${JOBS-hydra/launcher=local_parallel hydra.launcher.n_jobs=
 # 1. the bases: one sweep, 3 seeds, evaluated plain and with eval-time scaling (no fine-tuning)
 $posx train -m experiment=context_extension "root=$root" "${jobs[@]}" "$@"
 # 2. every base under ROOT, fine-tuned by each method (the bases' overrides carry over)
-$posx extend -m "$root" extension=pi,ntk,yarn,pose,plain,control "${jobs[@]}"
+$posx extend -m "$root" extension=pi,ntk,yarn,longrope,pose,plain,control "${jobs[@]}"
 # 3. base and extended runs in one table per metric, and the papers' claims judged
 $posx report --root "$root" --by train_length
 $posx check "$root"

@@ -53,3 +53,10 @@ def test_an_alibi_parent_is_refused_and_nothing_is_written(cli, tmp_path):
     result = cli("extend", str(parent), *SEARCH)
     assert_one_line_error(result, 2, "has no setting 'scaling'")
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_a_launch_that_cannot_train_is_refused_before_the_search(cli, copy_run, tmp_path):
+    root = tmp_path / "out"
+    result = cli("extend", str(copy_run()), *SEARCH, "extend.steps=0", f"root={root}")
+    assert_one_line_error(result, 2, "train.steps must be positive, got 0")
+    assert not root.exists()  # no search state, no run

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from posx.config.build import build_model, build_task, model_dims
 from posx.config.compose import compose
 from posx.config.paths import options
+from posx.config.validate import validate
 from posx.errors import ConfigError
 from posx.evaluation.longrope_search import Search, SearchSettings, start_factors
 from posx.saved import SavedRun
@@ -88,6 +89,7 @@ def search_overrides(
     """
     if not wants_search(cfg):
         return []
+    validate(cfg)  # what would refuse the launch refuses it before the search, not after
     settings, windows = _settings(cfg)
     base, rot = _rotary(cfg)
     scale = float(cfg.encoding.scaling.factor)

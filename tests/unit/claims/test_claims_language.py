@@ -125,12 +125,15 @@ def _extension_labels(name: str, bases: set[str], root: Path) -> set[str]:
     from posx.config.compose import CONFIG_DIR, compose
     from posx.config.run_names import extension_label
     from posx.runs.extend.length import launch_lengths
+    from posx.runs.extend.methods import misfit
 
     parent = compose([f"experiment={name}"], hydra_node=True)
     (root / ".hydra").mkdir(parents=True)
     OmegaConf.save({k: v for k, v in parent.items() if k != "hydra"}, root / ".hydra/config.yaml")
     labels = set()
     for method in sorted(p.stem for p in (CONFIG_DIR / "extension").glob("*.yaml")):
+        if misfit(method, parent.encoding, []) is not None:  # posx extend refuses it: no rows
+            continue
         launch = [f"experiment={name}", f"extension={method}", f"extend.parent={root}"]
         lengths = launch_lengths(compose(launch, hydra_node=True), parent, set())
         cfg = compose([*launch, *lengths.settings()], hydra_node=True)  # as posx extend sets them
