@@ -73,17 +73,13 @@ def mlp_score_mod(x: LogDistance, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor
         The ``score_mod`` (unrolled over the ``width`` hidden units).
     """
     value = x.reader()
-    # One captured tensor per unit and weight, each indexed at most once: FlexAttention's CUDA
-    # backward refuses a captured tensor that requires a gradient and is indexed more than once
-    # (torch 2.11 on an H200: "multiple indexing operations on the same tensor"), which
-    # w1[u] for every u was.
-    units = list(zip(w1.unbind(0), b1.unbind(0), w2.unbind(1), strict=True))
+    width = w1.shape[0]
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         xv = value(b, q_idx, kv_idx)
         out = b2[h]
-        for w1_u, b1_u, w2_u in units:
-            out = out + w2_u[h] * torch.relu(w1_u * xv + b1_u)
+        for u in range(width):
+            out = out + w2[h, u] * torch.relu(w1[u] * xv + b1[u])
         return score + out.to(score.dtype)
 
     return score_mod
