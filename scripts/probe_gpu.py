@@ -58,7 +58,7 @@ def timed(fn: Callable[[], object], device: torch.device, reps: int, warmup: int
 def attention_routes(h: int, device: torch.device, compile: bool) -> dict[str, Callable]:
     """``name -> (q, k, v, pos) -> out`` for each attention route."""
     from posx.encodings.alibi import ALiBi
-    from posx.kernels.flex import causal_flex, flex_bias_attention, position_reader
+    from posx.kernels.flex.attention import causal_flex, flex_bias_attention, position_reader
 
     alibi = ALiBi(h).to(device)
     slopes = alibi.slopes

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, add_head_dim, as_float, relative_distance
-from posx.kernels.flex import ScoreMod, position_reader
+from posx.kernels.flex.attention import ScoreMod, position_reader
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
