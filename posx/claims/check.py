@@ -93,6 +93,7 @@ def check_claims(
             values = {m.term: m for m in verdict.measured}
             verdict.links = links(claim.statement, values, paired=claim.statement.mrr)
             verdict.seeds = min(len(m.seeds) for m in verdict.measured)
+            verdict.notes += [link.note for link in verdict.links if link.note]
         elif verdict.measured:
             verdict.seeds = min(len(m.seeds) for m in verdict.measured)
         out.append(decide(verdict, min_seeds, level))

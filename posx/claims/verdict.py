@@ -30,6 +30,8 @@ class Measured:
     mean: float
     # seed -> (its run's lineage key, its parent's): runs that share a parent pair by it
     lineage: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # seeds of the term's row that are not in ``seeds``, and why (did not learn the task)
+    left_out: dict[int, str] = field(default_factory=dict)
 
     @property
     def std(self) -> float:
@@ -50,6 +52,8 @@ class Link:
     holds: bool
     agree: int
     total: int
+    paired: bool = False  # related runs, matched one to one (posx.claims.lineage)
+    note: str = ""  # how the runs were paired, where it is not every seed against every seed
 
     @property
     def fraction(self) -> float:
@@ -73,6 +77,8 @@ class Verdict:
     links: list[Link] = field(default_factory=list)
     seeds: int = 0
     reason: str = ""
+    # what else the verdict rests on: seeds left out, how runs were paired (shown with the reason)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def symbol(self) -> str:
@@ -99,8 +105,16 @@ def decide(verdict: Verdict, min_seeds: int = MIN_SEEDS, level: float = LEVEL) -
         return verdict
     thin = [m for m in verdict.measured if len(m.seeds) < min_seeds]
     if thin:
+        left = f" ({len(thin[0].left_out)} left out)" if thin[0].left_out else ""
         verdict.reason = (
-            f"{thin[0].term} has {len(thin[0].seeds)} seed(s); a verdict needs {min_seeds}"
+            f"{thin[0].term} has {len(thin[0].seeds)} seed(s){left}; a verdict needs {min_seeds}"
+        )
+        return verdict
+    few = [x for x in verdict.links if x.paired and x.total < min_seeds]
+    if few:
+        verdict.reason = (
+            f"{few[0]} has {few[0].total} paired comparison(s) of related runs; a verdict "
+            f"needs {min_seeds}"
         )
         return verdict
     failing = [x for x in verdict.links if not x.holds]

@@ -1,0 +1,65 @@
+"""Which seeds a claim is judged on: a seed that did not learn its task is left out of the
+claim (and the report marks its row), issue 55 item 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.unit.claims.test_claims_check import write_claims
+from tests.unit.report.report_trees import make_seed_tree
+
+# Arithmetic as issue 55 measured it: nope at 8 and 12 digits (1.5x), seed 2 never learned.
+NOPE = {"nope": [[0.95, 0.05], [0.95, 0.08], [0.02, 0.00]]}
+
+
+def _root(tmp_path: Path) -> Path:
+    make_seed_tree(tmp_path / "results", NOPE, "demo_claims", task="arithmetic", train_length=8,
+                   lengths=(8, 12))  # fmt: skip
+    write_claims(tmp_path / "conf", "demo_claims",
+                 {"nope_near_zero": ("nope <= 0.1 at 1.5x by exact_match", "")})  # fmt: skip
+    return tmp_path / "results"
+
+
+def test_a_seed_that_did_not_learn_is_left_out_of_a_bound(cli, tmp_path):
+    """The row's mean learned (0.640 at 8 digits), seed 2 did not (0.020): only two seeds say
+    anything about 12 digits, so the claim is ?, not ✓ 3/3, and says which seed was left out."""
+    root = _root(tmp_path)
+    base = ("--config-dir", str(tmp_path / "conf"), "check", str(root), "-f", "json")
+    result = cli(*base)
+    assert result.returncode == 3, result.stdout + result.stderr
+    (verdict,) = json.loads(result.stdout)["claims"]
+    assert verdict["verdict"] == "inconclusive"
+    assert verdict["reason"] == "nope has 2 seed(s) (1 left out); a verdict needs 3"
+    assert verdict["notes"] == [
+        "nope seed 2 left out: not learned at its training length (exact_match 0.020, below "
+        "the report's --learned 0.5)"
+    ]
+    (measured,) = verdict["measured"]
+    assert set(measured["values"]) == {"0", "1"} and set(measured["left_out"]) == {"2"}
+    # the mean over the two seeds judged, not the report's 0.043 over all three
+    assert measured["mean"] == pytest.approx(0.065)
+    # with two seeds enough, the two that learned decide, and the verdict still says why
+    result = cli(*base, "--min-seeds", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (verdict,) = json.loads(result.stdout)["claims"]
+    assert verdict["verdict"] == "holds" and verdict["seed_agreement"] == "nope <= 0.1: 2/2"
+    assert "nope seed 2 left out" in verdict["notes"][0]
+
+
+def test_the_report_marks_a_row_where_some_seeds_did_not_learn(cli, tmp_path):
+    root = _root(tmp_path)
+    result = cli("report", "--root", str(root), "-f", "md")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "| nope (1 of 3 seeds not learned) |" in result.stdout
+    assert "k of n seeds not learned = " in result.stdout  # the legend says what it means
+    cells = json.loads(cli("report", "--root", str(root), "-f", "json").stdout)["cells"]
+    assert {c["seeds_not_learned"] for c in cells} == {1}
+    # a row every seed of which learned carries no mark
+    learned = {"nope": [[0.95, 0.05], [0.95, 0.08], [0.90, 0.00]]}
+    make_seed_tree(tmp_path / "other", learned, "demo_claims", task="arithmetic",
+                   train_length=8, lengths=(8, 12))  # fmt: skip
+    result = cli("report", "--root", str(tmp_path / "other"), "-f", "md")
+    assert "| nope |" in result.stdout and "seeds not learned" not in result.stdout
