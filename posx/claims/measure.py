@@ -86,7 +86,8 @@ def _task_rows(verdict: Verdict, frame: pd.DataFrame) -> pd.DataFrame | None:
         verdict.reason = (
             f"no runs of task {task!r} (tasks: {', '.join(tasks)})"
             if task
-            else f"runs of several tasks ({', '.join(tasks)}); name one with 'on TASK'"
+            else f"runs of several tasks ({', '.join(tasks)}) and the claim names none: pass "
+            f"--task {tasks[0]}"
         )
         return None
     return frame[frame["task"].astype(str) == task]

@@ -103,8 +103,8 @@ def rule(min_seeds: int = MIN_SEEDS, level: float = LEVEL) -> str:
         f"✓ holds: every comparison holds on the seed means and in ≥ {level:.0%} of the "
         f"seed-level comparisons; ✗ fails: one fails on the means and its opposite holds in "
         f"≥ {level:.0%} of them; ? inconclusive: a missing value, fewer than {min_seeds} seeds, "
-        "split seeds, a term not learned at its training length, or two terms both at chance "
-        "(docs/reproductions.md)"
+        "split seeds, a term not learned at its training length, or two terms both at chance; "
+        "a seed not learned is left out, related runs pair one to one (docs/reproductions.md)"
     )
 
 
