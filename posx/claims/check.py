@@ -76,6 +76,7 @@ def check_claims(
     claims: ClaimsFile,
     min_seeds: int = MIN_SEEDS,
     level: float = LEVEL,
+    empty: str = "no runs of this preset under the root",
 ) -> list[Verdict]:
     """Every claim of ``claims`` on ``frame``, the preset's normalised eval rows (mode full).
 
@@ -84,12 +85,13 @@ def check_claims(
         claims: The preset's parsed claims file.
         min_seeds: Seeds each term needs for a ✓ or ✗.
         level: The seed agreement a ✓ (or, for the opposite, a ✗) needs.
+        empty: Every claim's reason where ``frame`` has no rows.
     """
     out = []
     for claim in claims.claims:
         verdict = Verdict(claims.experiment, claims.paper, claim)
         if frame.empty:
-            verdict.reason = "no runs of this preset under the root"
+            verdict.reason = empty
         elif claim.statement.mrr:
             measure_mrr(verdict, frame)
         else:

@@ -59,6 +59,7 @@ def check_root(
     *,
     tasks: Sequence[str] | None = None,
     where: Sequence[str] | None = None,
+    tuning: bool = False,
 ) -> Checked:
     """Checks the claims of every preset whose runs are under ``root``.
 
@@ -77,6 +78,8 @@ def check_root(
             that record the preset are left aside with a note.
         where: ``KEY=VALUE`` filters on any config key or eval column (``posx report
             --where``).
+        tuning: Judge the runs of a preset's ``tuning_seeds`` too (the seeds that chose its
+            settings; left out, with a note, by default).
 
     Raises:
         ConfigError: An unknown preset, bad options, or no run of a preset with claims.
@@ -126,10 +129,11 @@ def check_root(
         rows = pd.DataFrame(chosen[name])
         if not chose_task:
             rows = _own_tasks(rows, claims, preset_tasks(name, config_dirs(dirs)), notes)
+        rows, empty = _judging_seeds(rows, claims, tuning, notes)
         # a preset's own duplicates only: the same config may be another preset's run too
         rows, _ = drop_duplicate_runs(rows)
         notes += _task_note(rows, claims)
-        verdicts += check_claims(rows, claims, min_seeds, level)
+        verdicts += check_claims(rows, claims, min_seeds, level, empty)
     return Checked(verdicts, notes)
 
 
@@ -153,6 +157,46 @@ def _own_tasks(
             f"--task {names[0]} checks its claims on them instead"
         )
     return rows[~other]
+
+
+def _judging_seeds(
+    rows: pd.DataFrame, claims: ClaimsFile, tuning: bool, notes: list[str]
+) -> tuple[pd.DataFrame, str]:
+    """A preset's rows without those of its ``tuning_seeds`` (the seeds that chose its
+    settings: a claim fitted to the seeds that judge it says nothing), unless ``tuning``; a
+    note says what was left out, and the second value is the claims' reason where nothing is
+    left to judge."""
+    empty = "no runs of this preset under the root"
+    seeds = ", ".join(map(str, claims.tuning_seeds))
+    if not claims.tuning_seeds or rows.empty:
+        return rows, empty
+    mine = rows["seed"].isin(claims.tuning_seeds)
+    if tuning:
+        if mine.any():
+            notes.append(
+                f"{claims.experiment}: judged on its tuning seeds {seeds} too (--tuning-seeds): "
+                "they chose its settings, so its claims were fitted to them"
+            )
+        return rows, empty
+    if mine.any():
+        notes.append(
+            f"{claims.experiment}: left out {rows.loc[mine, 'run_dir'].nunique()} run(s) of "
+            f"seeds {seeds}, the seeds that chose its settings (tuning_seeds in "
+            f"{claims.path.name}): its claims are judged on other seeds; --tuning-seeds "
+            "judges them too"
+        )
+    if mine.all():
+        empty = (
+            f"only runs of the tuning seeds {seeds}, which chose the preset's settings: train "
+            f"others (seed={_fresh(claims.tuning_seeds)}), or pass --tuning-seeds"
+        )
+    return rows[~mine], empty
+
+
+def _fresh(tuning: Sequence[int]) -> str:
+    """Three seeds that are not tuning seeds, for the advice (``3,4,5`` after ``0,1,2``)."""
+    start = max(tuning) + 1
+    return ",".join(str(start + i) for i in range(3))
 
 
 def _presets(runs: dict[str, str], files: dict[str, Path], notes: list[str]) -> list[str]:

@@ -257,6 +257,12 @@ def check(
         "(its configs/experiment file) and the tasks its claims name.",
     ),
     where: list[str] = typer.Option(None, "--where", help=WHERE_HELP),
+    tuning_seeds: bool = typer.Option(
+        False,
+        "--tuning-seeds",
+        help="Also judge the runs of the seeds that chose a preset's settings (tuning_seeds in "
+        "its claims file; left out, with a note, by default).",
+    ),
 ) -> None:
     """Check each preset's claims (configs/claims/NAME.yaml) against its runs under ROOT.
 
@@ -269,8 +275,9 @@ def check(
     if fmt not in CHECK_FORMATS:
         raise ConfigError(f"unknown --format {fmt!r}; choose from {', '.join(CHECK_FORMATS)}")
     checked = check_root(
-        root, config_dirs(ctx), experiment, min_seeds, agreement, partial, tasks=task, where=where
-    )
+        root, config_dirs(ctx), experiment, min_seeds, agreement, partial, tasks=task,
+        where=where, tuning=tuning_seeds,
+    )  # fmt: skip
     if fmt == "json":
         sys.stdout.write(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
     else:
