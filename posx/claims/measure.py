@@ -4,6 +4,7 @@ values behind them, with the report's guards (not learned, at chance)."""
 from __future__ import annotations
 
 import math
+import statistics
 from itertools import product
 
 import pandas as pd
@@ -39,7 +40,18 @@ def _link(a: Term, op: str, b: Term, values: dict[str, Measured], paired: bool) 
             return _paired_link(Link(str(a), op, str(b), False, 0, 0, paired=True), lined)
         pairs = list(product(seeds_a.values(), seeds_b.values()))
     agree = sum(compare(x, y) for x, y in pairs)
-    return Link(str(a), op, str(b), compare(mean_a, mean_b), agree, len(pairs))
+    link = Link(str(a), op, str(b), compare(mean_a, mean_b), agree, len(pairs))
+    return _with_spread(link, mean_a - mean_b, pairs)
+
+
+def _with_spread(link: Link, margin: float, pairs: list[tuple[float, float]]) -> Link:
+    """Sets how far the means are from the bound (``margin``, left minus right) and how far
+    single comparisons scatter (the sample std of their differences: of each seed's value for
+    a number, of the pair differences for related runs, of every seed pair's otherwise)."""
+    link.margin = margin
+    diffs = [x - y for x, y in pairs]
+    link.spread = statistics.stdev(diffs) if len(diffs) > 1 else math.nan
+    return link
 
 
 def _paired_link(link: Link, lined: Pairing) -> Link:
@@ -55,6 +67,7 @@ def _paired_link(link: Link, lined: Pairing) -> Link:
     left = sum(x for x, _ in lined.pairs) / len(lined.pairs)
     right = sum(y for _, y in lined.pairs) / len(lined.pairs)
     link.holds = compare(left, right)
+    _with_spread(link, left - right, lined.pairs)
     if lined.unpaired:
         link.note = (
             f"{link}: {len(lined.pairs)} pair(s) of related runs ({lined.how}), "

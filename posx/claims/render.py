@@ -104,7 +104,8 @@ def rule(min_seeds: int = MIN_SEEDS, level: float = LEVEL) -> str:
         f"seed-level comparisons; ✗ fails: one fails on the means and its opposite holds in "
         f"≥ {level:.0%} of them; ? inconclusive: a missing value, fewer than {min_seeds} seeds, "
         "split seeds, a term not learned at its training length, or two terms both at chance; "
-        "a seed not learned is left out, related runs pair one to one (docs/reproductions.md)"
+        "a seed not learned is left out, related runs pair one to one, a ✓ or ✗ within its "
+        "seeds' spread of the bound is marked near the bound (docs/reproductions.md)"
     )
 
 
@@ -238,6 +239,7 @@ def claim_record(verdict: Verdict) -> dict[str, Any]:
         "seed_agreement": None if statistic == "—" else statistic,
         "reason": verdict.reason,
         "notes": list(verdict.notes),
+        "near_bound": verdict.near_bound,
         "paper": verdict.paper,
         "table": claim.table,
         "published": claim.published,

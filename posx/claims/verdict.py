@@ -54,6 +54,14 @@ class Link:
     total: int
     paired: bool = False  # related runs, matched one to one (posx.claims.lineage)
     note: str = ""  # how the runs were paired, where it is not every seed against every seed
+    margin: float = math.nan  # left mean minus right mean (NaN: not measured, e.g. mrr:)
+    spread: float = math.nan  # sample std of the single comparisons' differences
+
+    @property
+    def near_bound(self) -> bool:
+        """Whether the means are within one spread of each other: a seed set drawn again may
+        well land on the other side (a flag, not a test)."""
+        return bool(abs(self.margin) <= self.spread)
 
     @property
     def fraction(self) -> float:
@@ -79,6 +87,7 @@ class Verdict:
     reason: str = ""
     # what else the verdict rests on: seeds left out, how runs were paired (shown with the reason)
     notes: list[str] = field(default_factory=list)
+    near_bound: bool = False  # a ✓ or ✗ whose deciding link is within its seeds' spread
 
     @property
     def symbol(self) -> str:
@@ -120,11 +129,13 @@ def decide(verdict: Verdict, min_seeds: int = MIN_SEEDS, level: float = LEVEL) -
     failing = [x for x in verdict.links if not x.holds]
     if not failing and all(x.fraction >= level for x in verdict.links):
         verdict.verdict = HOLDS
+        _mark_near(verdict, verdict.links)
     elif any(1 - x.fraction >= level for x in failing):
         verdict.verdict = FAILS
         link = next(x for x in failing if 1 - x.fraction >= level)
         verdict.links = [link, *(x for x in verdict.links if x is not link)]
         verdict.reason = f"{link} fails on the mean"
+        _mark_near(verdict, [link])
     else:
         split = failing[0] if failing else min(verdict.links, key=lambda x: x.fraction)
         verdict.reason = (
@@ -132,3 +143,17 @@ def decide(verdict: Verdict, min_seeds: int = MIN_SEEDS, level: float = LEVEL) -
             f"(a verdict needs {level:.0%} either way)"
         )
     return verdict
+
+
+def _mark_near(verdict: Verdict, deciding: list[Link]) -> None:
+    """Marks a ✓ or ✗ whose deciding link lies within one spread of its bound (the means'
+    difference no larger than the std of single comparisons' differences): the verdict is
+    kept, and a note says that another seed set may turn it."""
+    near = next((x for x in deciding if x.near_bound), None)
+    if near is None:
+        return
+    verdict.near_bound = True
+    verdict.notes.append(
+        f"near the bound: {near} by {near.margin:+.3f} on the mean, within the seeds' spread "
+        f"(std {near.spread:.3f} of single comparisons): another seed set may turn it"
+    )

@@ -120,3 +120,23 @@ def test_bad_tuning_seeds_are_one_line(cli, tmp_path, bad: str):
     assert result.returncode == 2 and result.stdout == "", result.stdout
     (line,) = result.stderr.strip().splitlines()
     assert "'tuning_seeds'" in line and "demo_claims.yaml" in line
+
+
+def test_a_verdict_within_its_seeds_spread_of_the_bound_is_marked(cli, tmp_path):
+    """Both claims hold 3/3. `rope < 3.5` holds by 0.22 on the mean where single seeds scatter
+    by 0.33 (one seed at 3.49): marked near the bound, the verdict kept; `rope < 4.5` is far."""
+    values = {"rope": [[2.0, 2.5, 2.9], [2.0, 2.5, 3.45], [2.0, 2.5, 3.49]]}
+    make_seed_tree(tmp_path / "results", values, "demo_claims")
+    write_claims(tmp_path / "conf", "demo_claims",
+                 {"near": ("rope < 3.5 at 4x", ""), "far": ("rope < 4.5 at 4x", "")})  # fmt: skip
+    args = ("--config-dir", str(tmp_path / "conf"), "check", str(tmp_path / "results"))
+    result = cli(*args, "-f", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    near, far = json.loads(result.stdout)["claims"]
+    assert near["verdict"] == far["verdict"] == "holds"
+    assert near["near_bound"] and not far["near_bound"] and far["notes"] == []
+    assert near["notes"] == [
+        "near the bound: rope < 3.5 by -0.220 on the mean, within the seeds' spread (std 0.330 "
+        "of single comparisons): another seed set may turn it"
+    ]
+    assert "near the bound: rope < 3.5" in cli(*args, "-f", "md").stdout  # the why column
