@@ -242,3 +242,8 @@ def test_a_run_of_another_task_leaves_the_presets_verdicts_alone(cli, tmp_path: 
     )
     bad = cli(*args, "--where", "nosuch=1")
     assert bad.returncode == 2 and "unknown --where key 'nosuch'" in bad.stderr
+    # posx report --claims judges the runs of its own --task
+    report = (*args[:2], "report", "--root", args[3], "--claims", "-f", "md")
+    shown = cli(*report, "--task", "copy")
+    assert shown.returncode == 3 and "0 of 3 claims hold, 0 fail, 3 inconclusive" in shown.stdout
+    assert cli(*report).returncode == 1
