@@ -58,6 +58,8 @@ from posx.claims.verdict import (
     decide,
 )
 
+EMPTY = "no runs of this preset under the root"  # every claim's reason where no row is left
+
 __all__ = [
     "FAILS",
     "HOLDS",
@@ -76,7 +78,7 @@ def check_claims(
     claims: ClaimsFile,
     min_seeds: int = MIN_SEEDS,
     level: float = LEVEL,
-    empty: str = "no runs of this preset under the root",
+    empty: str = EMPTY,
 ) -> list[Verdict]:
     """Every claim of ``claims`` on ``frame``, the preset's normalised eval rows (mode full).
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posx.claims.check import check_claims
+from posx.claims.check import EMPTY, check_claims
 from posx.claims.files import load_claims
 from posx.claims.language import ID, ClaimsFile
 from posx.claims.lineage import attach_lineage
@@ -127,9 +127,12 @@ def check_root(
     for name in names:
         claims: ClaimsFile = load_claims(files[name], name)
         rows = pd.DataFrame(chosen[name])
+        empty = EMPTY
         if not chose_task:
-            rows = _own_tasks(rows, claims, preset_tasks(name, config_dirs(dirs)), notes)
-        rows, empty = _judging_seeds(rows, claims, tuning, notes)
+            trains = preset_tasks(name, config_dirs(dirs))
+            rows, empty = _own_tasks(rows, claims, trains, notes)
+        if not rows.empty:
+            rows, empty = _judging_seeds(rows, claims, tuning, notes)
         # a preset's own duplicates only: the same config may be another preset's run too
         rows, _ = drop_duplicate_runs(rows)
         notes += _task_note(rows, claims)
@@ -139,24 +142,30 @@ def check_root(
 
 def _own_tasks(
     rows: pd.DataFrame, claims: ClaimsFile, trains: list[str], notes: list[str]
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, str]:
     """A preset's rows of the tasks its config trains (``trains``) or its claims name (``on
     TASK``); the runs of other tasks that record the preset (``posx train
     experiment=context_extension task=copy``) are left aside with a note naming ``--task``.
-    Every row where the preset's config names no task."""
+    Every row where the preset's config names no task. The second value is the claims' reason
+    where no row is left."""
     named = {c.statement.task for c in claims.claims if c.statement.task}
     keep = set(trains) | named
     if not trains or rows.empty:
-        return rows
+        return rows, EMPTY
     other = ~rows["task"].astype(str).isin(keep)
-    if other.any():
-        names = sorted(set(rows.loc[other, "task"].astype(str)))
-        notes.append(
-            f"left out {rows.loc[other, 'run_dir'].nunique()} run(s) of {claims.experiment} "
-            f"on task(s) {', '.join(names)}: the preset trains {', '.join(trains)}; "
-            f"--task {names[0]} checks its claims on them instead"
-        )
-    return rows[~other]
+    if not other.any():
+        return rows, EMPTY
+    names = sorted(set(rows.loc[other, "task"].astype(str)))
+    notes.append(
+        f"left out {rows.loc[other, 'run_dir'].nunique()} run(s) of {claims.experiment} "
+        f"on task(s) {', '.join(names)}: the preset trains {', '.join(trains)}; "
+        f"--task {names[0]} checks its claims on them instead"
+    )
+    empty = (
+        f"no runs of the task(s) the preset trains ({', '.join(trains)}), only of "
+        f"{', '.join(names)}: --task {names[0]} checks its claims on those"
+    )
+    return rows[~other], empty
 
 
 def _judging_seeds(
@@ -166,7 +175,7 @@ def _judging_seeds(
     settings: a claim fitted to the seeds that judge it says nothing), unless ``tuning``; a
     note says what was left out, and the second value is the claims' reason where nothing is
     left to judge."""
-    empty = "no runs of this preset under the root"
+    empty = EMPTY
     seeds = ", ".join(map(str, claims.tuning_seeds))
     if not claims.tuning_seeds or rows.empty:
         return rows, empty

@@ -247,3 +247,12 @@ def test_a_run_of_another_task_leaves_the_presets_verdicts_alone(cli, tmp_path: 
     shown = cli(*report, "--task", "copy")
     assert shown.returncode == 3 and "0 of 3 claims hold, 0 fail, 3 inconclusive" in shown.stdout
     assert cli(*report).returncode == 1
+    # a root with only the other task's runs says which --task judges them
+    shutil.rmtree(tmp_path / "results")
+    make_seed_tree(tmp_path / "results", {"rope": [[0.9, 0.5, 0.2]]}, experiment="demo_claims",
+                   task="copy")  # fmt: skip
+    (verdict, *_) = json.loads(cli(*args, "-f", "json").stdout)["claims"]
+    assert verdict["reason"] == (
+        "no runs of the task(s) the preset trains (text), only of copy: --task copy checks its "
+        "claims on those"
+    )
