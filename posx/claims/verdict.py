@@ -53,9 +53,9 @@ class Link:
     agree: int
     total: int
     paired: bool = False  # related runs, matched one to one (posx.claims.lineage)
-    note: str = ""  # how the runs were paired, where it is not every seed against every seed
-    margin: float = math.nan  # left mean minus right mean (NaN: not measured, e.g. mrr:)
-    spread: float = math.nan  # sample std of the single comparisons' differences
+    note: str = ""  # related runs left without a partner: how many, and the means compared
+    margin: float = math.nan  # the left mean minus the right one, as "on the mean" compares them
+    spread: float = math.nan  # sample std of the single comparisons' differences (NaN: < 2)
 
     @property
     def near_bound(self) -> bool:
