@@ -237,7 +237,8 @@ def check(
         "--format",
         "-f",
         help="rich (the table, or one block per claim on a narrow terminal), md, or json (one "
-        "object per claim: id, verdict, statement, measured, seeds, seed_agreement, reason).",
+        "object per claim: id, verdict, statement, measured, seeds, seed_agreement, reason, "
+        "notes, near_bound).",
     ),
     min_seeds: int = typer.Option(3, "--min-seeds", help="Seeds each term needs for a verdict."),
     agreement: float = typer.Option(
