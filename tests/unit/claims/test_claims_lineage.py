@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests.unit.claims.test_claims_check import write_claims
 from tests.unit.report.report_trees import make_seed_tree
@@ -153,3 +154,35 @@ def test_a_run_missing_one_row_leaves_the_others_paired(cli, tmp_path):
     assert "1 run(s) without a partner left out; means over the pairs 3.050 vs 3.100" in (
         result.stdout
     )
+
+
+def test_pairing_rules_case_by_case():
+    """posx.claims.lineage.pair_runs, each case of docs/reproductions.md: which values pair."""
+    from posx.claims.lineage import pair_runs
+
+    base = {s: (f"rope_s{s}|fp", "") for s in range(3)}
+    rope = {0: 2.4, 1: 2.7, 2: 2.7}
+    # an eval-time variant of the same runs, seed 2's row missing: run by run over seeds 0, 1
+    got = pair_runs({0: 2.3, 1: 2.6}, base, rope, base)
+    assert got is not None and got.how == "run by run"
+    assert got.pairs == [(2.3, 2.4), (2.6, 2.7)] and got.unpaired == 1
+    # children of base seed 0 at seeds 0-2, against the bases, on either side
+    kids = {s: (f"pi_s{s}|fp-pi", "rope_s0|fp") for s in range(3)}
+    pi = {0: 2.45, 1: 2.42, 2: 2.50}
+    left = pair_runs(pi, kids, rope, base)
+    right = pair_runs(rope, base, pi, kids)
+    assert left is not None and right is not None and left.how == "child with its parent"
+    assert left.pairs == [(2.45, 2.4), (2.42, 2.4), (2.50, 2.4)] and left.unpaired == 2
+    assert right.pairs == [(y, x) for x, y in left.pairs]
+    # siblings of one parent: by their own seed; with no seed in common, by the parent's mean
+    yarn = {s: (f"yarn_s{s}|fp-yarn", "rope_s0|fp") for s in range(3)}
+    got = pair_runs({0: 2.4, 1: 2.5, 2: 2.45}, yarn, pi, kids)
+    assert got is not None and got.how == "by parent and seed" and len(got.pairs) == 3
+    late = {s: (f"yarn_s{s}|fp-yarn", "rope_s0|fp") for s in (7, 8)}
+    got = pair_runs({7: 2.4, 8: 2.6}, late, pi, kids)
+    assert got is not None and got.how == "by parent"
+    assert got.pairs == [(pytest.approx(2.5), pytest.approx(2.4567, abs=1e-4))]
+    # unrelated lines (or a run whose lineage is unknown): None, every seed against every seed
+    alibi = {s: (f"alibi_s{s}|fp-a", "") for s in range(3)}
+    assert pair_runs({0: 1.0, 1: 1.0, 2: 1.0}, alibi, rope, base) is None
+    assert pair_runs(rope, {0: ("", ""), 1: base[1], 2: base[2]}, rope, base) is None
