@@ -25,7 +25,7 @@ from posx.config.variant_names import scaling_cell
 from posx.errors import PosxError
 from posx.evaluation.buckets import bucket_rows
 from posx.evaluation.data import CACHE_DIR, eval_set
-from posx.evaluation.memory import PeakMemory
+from posx.evaluation.memory import PeakMemory, heap_frozen
 from posx.evaluation.protocol import Protocol, Tally, resolve_protocol, score
 from posx.model.transformer import TransformerLM
 from posx.positions import PositionStrategy
@@ -127,6 +127,19 @@ def evaluate_model(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Eval rows (one per length) and bucket rows; a length that cannot run is a row with its
     status and reason, never an exception."""
+    with heap_frozen():  # each length collects garbage first: only what the sweep made
+        return _evaluate_lengths(model, task, lengths, cfg, device, cache_dir, progress)
+
+
+def _evaluate_lengths(
+    model: TransformerLM,
+    task: Task,
+    lengths: list[int],
+    cfg: DictConfig,
+    device: torch.device,
+    cache_dir: Path | None,
+    progress: Progress | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     ecfg = cfg.eval
     strategy = build_positions(cfg)  # the run's position strategy (randomized may sample here)
     model.eval()

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from posx.errors import ConfigError
+from posx.evaluation.memory import heap_frozen
 from posx.pretrained import load
 from posx.pretrained.evaluate import evaluate_text
 from posx.pretrained.memory import check_pretrained_fits, parameter_count
@@ -174,18 +175,19 @@ def evaluate_pretrained(
     run = request.run_dir or run_directory(request.root, label, loaded.source.revision)
     text = tokenize_held_out(loaded.tokenizer, raw, corpus)
     show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
-    rows, buckets = evaluate_text(
-        loaded.model, text, s, loaded.trained, loaded.device, show("text")
-    )
-    rows = [{"task": "text", **r} for r in rows]
-    buckets = [{"task": "text", **b} for b in buckets]
-    if request.passkey:
-        keyed = evaluate_passkey(
-            loaded.model, loaded.tokenizer, s.lengths, s.variants, loaded.trained,
-            loaded.device, values["passkey.trials"], tuple(values["passkey.depths"]),
-            values["eval.seed"], show("passkey"),
-        )  # fmt: skip
-        rows += [{"task": "passkey", **r} for r in keyed]
+    with heap_frozen():  # each length collects garbage first: only what the sweep made
+        rows, buckets = evaluate_text(
+            loaded.model, text, s, loaded.trained, loaded.device, show("text")
+        )
+        rows = [{"task": "text", **r} for r in rows]
+        buckets = [{"task": "text", **b} for b in buckets]
+        if request.passkey:
+            keyed = evaluate_passkey(
+                loaded.model, loaded.tokenizer, s.lengths, s.variants, loaded.trained,
+                loaded.device, values["passkey.trials"], tuple(values["passkey.depths"]),
+                values["eval.seed"], show("passkey"),
+            )  # fmt: skip
+            rows += [{"task": "passkey", **r} for r in keyed]
     info = {**_run_json(run, label, loaded, text.describe, values), **request.record}
     chosen = {**recorded_loggers(run), **request.logger}
     if chosen:
