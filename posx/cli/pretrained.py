@@ -26,6 +26,7 @@ class HfOptions:
     revision: str | None
     dtype: str
     device_map: str | None
+    suite: str | None = None
 
 
 def eval_pretrained(
@@ -42,10 +43,11 @@ def eval_pretrained(
     """``posx eval hf:NAME_OR_DIR ...``: one pretrained model per ``hf:`` word, each its own run
     under ``ROOT/pretrained/``."""
     from posx.pretrained.evaluate import Settings
-    from posx.pretrained.request import Request, parse_values
+    from posx.pretrained.request import Request, parse_suites, parse_values
     from posx.pretrained.run import evaluate_pretrained, progress_line
     from posx.pretrained.scaling import parse_variant
     from posx.pretrained.track import chosen_loggers, is_logger_word
+    from posx.report.ruler import ruler_table
     from posx.runs.messages import eval_table
     from posx.runs.resources import parse_size
 
@@ -66,6 +68,7 @@ def eval_pretrained(
     asked = parse_lengths(lengths) if lengths is not None else None
     variants = [parse_variant(v) for v in hf.variant or ["none"]]
     limit = parse_size(max_memory, "--max-memory")
+    suites = parse_suites(hf.suite)
     for word in models:
         settings = Settings(
             lengths=asked or [],
@@ -80,6 +83,7 @@ def eval_pretrained(
         request = Request(
             word, settings, values, hf.passkey, root, device, hf.dtype, hf.device_map,
             list(hf.trust_remote_code or []), hf.revision, hf.allow_download, limit, trackers,
+            suites=suites,
         )  # fmt: skip
 
         def line(task: str, row: dict, word: str = word) -> None:
@@ -89,6 +93,9 @@ def eval_pretrained(
 
         run, rows = evaluate_pretrained(request, line, warn)
         console.print(str(run), style="bold", markup=False, highlight=False, soft_wrap=True)
+        for text in ruler_table(rows, values["ruler.threshold"]):
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+        rows = [r for r in rows if not str(r["task"]).startswith("ruler/")]
         for task, what in dict.fromkeys((r["task"], r["overrides"]) for r in rows):
             group = [r for r in rows if (r["task"], r["overrides"]) == (task, what)]
             console.print(f"{task} {what or '(as saved)'}", markup=False, highlight=False)
@@ -132,6 +139,7 @@ def sweep_pretrained(
         "eval.mode": mode, "eval.window": window, "eval.stride": stride, "eval.buckets": buckets,
         "eval.variants": f"[{','.join(map(_quoted, hf.variant))}]" if hf.variant else None,
         "eval.passkey": "true" if hf.passkey else None,
+        "eval.suite": _quoted(hf.suite) if hf.suite else None,
         "trust_remote_code": f"[{','.join(map(_quoted, hf.trust_remote_code))}]"
         if hf.trust_remote_code else None,
         "allow_download": "true" if hf.allow_download else None,

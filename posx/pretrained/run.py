@@ -28,6 +28,7 @@ from posx.pretrained.evaluate import evaluate_text
 from posx.pretrained.memory import check_pretrained_fits, parameter_count
 from posx.pretrained.passkey import evaluate_passkey
 from posx.pretrained.request import Request
+from posx.pretrained.ruler.run import GENERATION_KEYS, GENERATIONS, prepare_ruler, run_ruler
 from posx.pretrained.scaling import rope_parameters
 from posx.pretrained.text import held_out_bytes, tokenize_held_out
 from posx.pretrained.track import recorded_loggers, send_rows
@@ -174,9 +175,12 @@ def evaluate_pretrained(
     run = request.run_dir or run_directory(request.root, label, loaded.source.revision)
     text = tokenize_held_out(loaded.tokenizer, raw, corpus)
     show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
-    rows, buckets = evaluate_text(
-        loaded.model, text, s, loaded.trained, loaded.device, show("text")
-    )
+    ruler = prepare_ruler(request, loaded, text.text) if "ruler" in request.suites else None
+    rows, buckets = [], []
+    if "text" in request.suites:
+        rows, buckets = evaluate_text(
+            loaded.model, text, s, loaded.trained, loaded.device, show("text")
+        )
     rows = [{"task": "text", **r} for r in rows]
     buckets = [{"task": "text", **b} for b in buckets]
     if request.passkey:
@@ -186,6 +190,12 @@ def evaluate_pretrained(
             values["eval.seed"], show("passkey"),
         )  # fmt: skip
         rows += [{"task": "passkey", **r} for r in keyed]
+    said: list[dict[str, Any]] = []
+    if ruler is not None:
+        found, said = run_ruler(
+            request, loaded, ruler, (lambda r: on_row(r["task"], r)) if on_row else None
+        )
+        rows += found
     info = {**_run_json(run, label, loaded, text.describe, values), **request.record}
     chosen = {**recorded_loggers(run), **request.logger}
     if chosen:
@@ -198,18 +208,25 @@ def evaluate_pretrained(
     merge_rows(
         run / "eval_positions.csv", [{**ident, **b} for b in buckets], ROW_KEYS, replaces=rows
     )
+    if said:
+        merge_rows(run / GENERATIONS, said, GENERATION_KEYS)
     for problem in send_rows(run, info, rows, chosen, request.sweep_dir):
         (on_warning or _warn)(problem)
     return run, rows
 
 
 def progress_line(word: str, task: str, row: dict[str, Any]) -> str:
-    """One length's progress line: ``hf:NAME text L=8192 (as saved): loss 2.1034 in 41.2s``."""
-    done = (
-        f"loss {row['loss']:.4f} in {row['seconds']:.1f}s"
-        if row["status"] == "ok"
-        else f"{row['status']}: {row['reason']}"
-    )
+    """One length's progress line: ``hf:NAME text L=8192 (as saved): loss 2.1034 in 41.2s``
+    (a RULER task: ``score 85.00 [63.96, 94.76] of 20 in 3.1s``)."""
+    if row["status"] != "ok":
+        done = f"{row['status']}: {row['reason']}"
+    elif "score" in row:
+        done = (
+            f"score {row['score']:.2f} [{row['score_low']:.2f}, {row['score_high']:.2f}] of "
+            f"{row['samples']} in {row['seconds']:.1f}s"
+        )
+    else:
+        done = f"loss {row['loss']:.4f} in {row['seconds']:.1f}s"
     return f"{word} {task} L={row['eval_length']} ({row.get('overrides') or 'as saved'}): {done}"
 
 
