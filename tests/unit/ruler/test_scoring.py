@@ -24,12 +24,14 @@ def reference_clean(text):
 
 
 def reference_all(preds, refs):
-    each = [sum(r.lower() in p.lower() for r in ref) / len(ref) for p, ref in zip(preds, refs)]
+    pairs = zip(preds, refs, strict=True)
+    each = [sum(r.lower() in p.lower() for r in ref) / len(ref) for p, ref in pairs]
     return round(sum(each) / len(preds) * 100, 2)
 
 
 def reference_part(preds, refs):
-    each = [max(1.0 if r.lower() in p.lower() else 0.0 for r in ref) for p, ref in zip(preds, refs)]
+    pairs = zip(preds, refs, strict=True)
+    each = [max(1.0 if r.lower() in p.lower() else 0.0 for r in ref) for p, ref in pairs]
     return round(sum(each) / len(preds) * 100, 2)
 
 
@@ -58,8 +60,8 @@ def test_scores_equal_the_reference_definition():
     assert score("string_match_all", PREDS, REFS) == reference_all(cleaned, REFS)
     assert score("string_match_part", PREDS, REFS) == reference_part(cleaned, REFS)
     # the crafted cases score as the definition says, one by one
-    assert [match_all(p, r) for p, r in zip(PREDS, REFS)] == [1, 1, 0, 1, 2 / 3, 0, 1]
-    assert [match_part(p, r) for p, r in zip(PREDS, REFS)] == [1, 1, 0, 1, 1, 0, 1]
+    assert [match_all(p, r) for p, r in zip(PREDS, REFS, strict=True)] == [1, 1, 0, 1, 2 / 3, 0, 1]
+    assert [match_part(p, r) for p, r in zip(PREDS, REFS, strict=True)] == [1, 1, 0, 1, 1, 0, 1]
     assert score("string_match_all", PREDS, REFS) == round(100 * (4 + 2 / 3) / 7, 2)
 
 
