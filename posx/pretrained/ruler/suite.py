@@ -100,26 +100,33 @@ def evaluate_ruler(
         for length in lengths:
             why = unsupported(model, reason, limit, length)
             group = []
-            for name in settings.tasks:
-                row = _row(name, length, variant, params)
-                if why:
-                    row.update(status="unsupported", reason=why)
-                else:
-                    try:
-                        found, lines = _score_task(prompter, prepared, name, length, generate,
-                                                   device)  # fmt: skip
-                        row.update(found)
-                        said += [{**_keys(row), **line} for line in lines]
-                    except (RuntimeError, ValueError) as err:  # e.g. out of memory
-                        row.update(status="failed", reason=str(err).strip().splitlines()[0][:300])
-                group.append(row)
-                if on_row is not None:
-                    on_row(row)
+            with PeakMemory(device) as mem:  # once per length: measuring is not free on a CPU
+                for name in settings.tasks:
+                    row = _row(name, length, variant, params)
+                    if why:
+                        row.update(status="unsupported", reason=why)
+                    else:
+                        try:
+                            found, lines = _score_task(prompter, prepared, name, length, generate)
+                            row.update(found)
+                            said += [{**_keys(row), **line} for line in lines]
+                        except (RuntimeError, ValueError) as err:  # e.g. out of memory
+                            row.update(status="failed", reason=_first_line(err))
+                    group.append(row)
+                    if on_row is not None:
+                        on_row(row)
+            for row in group:
+                if row["status"] == "ok":
+                    row["peak_mem_mb"] = mem.peak_mb
             rows += group + [_average(group, length, variant, params)]
             if on_row is not None:
                 on_row(rows[-1])
         scaler.apply(Variant())
     return rows, said
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
 
 
 def _keys(row: dict[str, Any]) -> dict[str, Any]:
@@ -132,14 +139,12 @@ def _score_task(
     name: str,
     length: int,
     generate: Generate,
-    device: torch.device,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     fitted = prepared.samples[(name, length)]
     budget = task(name).budget
     ids = [prompter.ids(f.sample.input, f.sample.answer_prefix) for f in fitted]
     start = time.perf_counter()
-    with PeakMemory(device) as mem:
-        new = generate(ids, budget)
+    new = generate(ids, budget)
     seconds = time.perf_counter() - start
     tok = prompter.tokenizer
     predictions = [tok.decode(n, skip_special_tokens=True) for n in new]
@@ -161,7 +166,6 @@ def _score_task(
         "max_context": max(len(i) for i in ids) + budget,
         "empty": sum(not scoring.clean(p) for p in predictions),
         "seconds": seconds,
-        "peak_mem_mb": mem.peak_mb,
         "chance": 0.0,
     }
     lines = [
