@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from posx.report.tables import Section
 from posx.ruler.registry import TASKS
 from posx.ruler.scoring import THRESHOLD, effective_length
 
@@ -86,3 +87,39 @@ def ruler_table(rows: list[Mapping[str, Any]], threshold: float = THRESHOLD) -> 
         title = f"RULER {label} {overrides or '(as saved)'}".replace("  ", " ").strip()
         lines += [f"{title}: score in percent (string_match_all)", *table_lines(group, threshold)]
     return lines
+
+
+def ruler_sections(frame: Any, threshold: float = THRESHOLD) -> list[Section]:
+    """One :class:`~posx.report.tables.Section` per labelled row group (a model and variant)
+    of the report's rows that holds ``ruler/*`` rows: tasks x lengths, the average, and the
+    effective length in its notes."""
+    if frame is None or "task" not in frame or not len(frame):
+        return []
+    ours = frame[frame["task"].astype(str).str.startswith(PREFIX)]
+    sections = []
+    for label, part in ours.groupby("label", sort=True):
+        rows = part.to_dict("records")
+        lines = table_lines(rows, threshold)
+        lengths = sorted({int(r["eval_length"]) for r in rows})
+        body = [line.split() for line in lines[1:-1]]
+        sections.append(
+            Section(
+                title=f"RULER {label}: score in percent (string_match_all)",
+                header=["task", *map(str, lengths)],
+                rows=body,
+                notes=[lines[-1]],
+            )
+        )
+    return sections
+
+
+def section_lines(section: Section) -> list[str]:
+    """A section as aligned text lines (the terminal's view of :func:`ruler_sections`)."""
+    widths = [
+        max(len(str(c)) for c in col) for col in zip(section.header, *section.rows, strict=True)
+    ]
+    line = lambda cells: "  ".join(  # noqa: E731
+        str(c).ljust(w) if i == 0 else str(c).rjust(w)
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+    )
+    return [section.title, line(section.header), *map(line, section.rows), *section.notes]

@@ -11,7 +11,9 @@ learned position table cannot reach is an ``unsupported`` row.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from posx.ruler import scoring
 from posx.ruler.registry import METRIC, task
 
 AVERAGE = "ruler/average"
+_UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")
 PREFIX = "ruler/"
 
 
@@ -125,6 +128,12 @@ def evaluate_ruler(
     return rows, said
 
 
+def shown(text: str) -> str:
+    """``text`` with control characters (but line breaks and tabs) and Unicode line separators
+    written as JSON escapes: what the model said, readable, and one CSV cell."""
+    return _UNSEEN.sub(lambda m: json.dumps(m.group())[1:-1], text)
+
+
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
 
@@ -174,7 +183,7 @@ def _score_task(
             "depth": "" if f.sample.depth is None else f.sample.depth,
             "prompt_tokens": len(ids[i]),
             "references": " | ".join(f.sample.outputs),
-            "prediction": predictions[i],
+            "prediction": shown(predictions[i]),
             "score": each[i],
         }
         for i, f in enumerate(fitted)

@@ -193,3 +193,9 @@ def test_a_chat_template_is_asked_of_a_tokenizer_that_has_one(tiny_dir):
     tok.chat_template = "{% for m in messages %}<user>{{ m['content'] }}</user>{% endfor %}<bot>"
     ids = Prompter(tok, "chat", "tiny").ids("Hello", " Answer:")
     assert tok.decode(ids) == "<user>Hello</user><bot> Answer:"
+
+
+def test_what_the_model_said_is_kept_readable_in_one_csv_cell():
+    from posx.pretrained.ruler.suite import shown
+
+    assert shown("a\rb\x00c\nd\te\u2028") == "a\\rb\\u0000c\nd\te\\u2028"

@@ -1,0 +1,98 @@
+"""``posx eval hf:NAME --suite ruler`` as a user types it: rows per task and length with sample
+counts, intervals and true prompt lengths, what the model said in a side file, the samples
+cached for the next evaluation, ``posx report``'s tasks x lengths table with the effective
+length; every bad input one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.integration.test_cli_errors import assert_one_line_error
+from tests.unit.pretrained.tiny_models import (
+    model_root,
+    offline_hub,
+    save_model,
+    sentencepiece_tokenizer,
+)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = model_root(tmp_path_factory.mktemp("ruler_cli"), ("llama",))
+    save_model("llama", root / "llama_sp", sentencepiece_tokenizer())
+    return root
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    offline_hub(monkeypatch, tmp_path / "hf_home")
+
+
+def ruler(cli, models, root, *args, model="llama"):
+    corpus = f"task.corpus={models / 'corpus.txt'}"
+    return cli("eval", f"hf:{models / model}", "--root", str(root), "--suite", "ruler", corpus,
+               "--no-progress", *args)  # fmt: skip
+
+
+def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
+    root = tmp_path / "results"
+    args = ["--lengths", "1000", "ruler.tasks=niah_single_1,vt", "ruler.samples=2"]
+    proc = ruler(cli, models, root, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "effective length at 85.6: below 1000" in proc.stdout and "niah_single_1" in proc.stdout
+    (run,) = (root / "pretrained").iterdir()
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    assert list(rows["task"]) == ["ruler/niah_single_1", "ruler/vt", "ruler/average"]
+    assert set(rows["status"]) == {"ok"} and set(rows["eval_length"]) == {1000}
+    tasks = pd.read_csv(run / "eval.csv").iloc[:2]
+    assert (tasks["samples"] == 2).all() and (tasks["score_high"] > tasks["score_low"]).all()
+    assert (tasks["prompt_tokens_max"] + tasks["budget"] <= 1000).all()
+    assert list(tasks["budget"]) == [128, 30] and "text" not in set(rows["task"])
+    said = pd.read_csv(run / "ruler_generations.csv", keep_default_na=False)
+    assert len(said) == 4 and set(said["task"]) == {"ruler/niah_single_1", "ruler/vt"}
+    assert said["references"].str.len().min() > 0 and "prediction" in said
+    cached = sorted((root / ".cache" / "ruler").iterdir())
+    assert len(cached) == 2
+    stamps = [p.stat().st_mtime_ns for p in cached]
+    # again, with a variant: the samples are read back, the rows merged
+    proc = ruler(cli, models, root, *args, "--variant", "none", "--variant", "yarn:4")
+    assert proc.returncode == 0, proc.stderr
+    assert [p.stat().st_mtime_ns for p in cached] == stamps
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    assert len(rows) == 6 and len(pd.read_csv(run / "ruler_generations.csv")) == 8
+    report = cli("report", "--root", str(root), "--threshold", "0")
+    assert report.returncode == 0, report.stderr
+    assert "RULER llama: score in percent" in report.stdout
+    assert "effective length at 0: 1000" in report.stdout  # every score is >= 0
+
+
+@pytest.mark.parametrize(
+    ("args", "model", "text"),
+    [
+        (
+            ["ruler.tasks=niah_single_1,niah"],
+            "llama",
+            "ruler.tasks: unknown RULER task 'niah'; the tasks are niah_single_1",
+        ),
+        (
+            ["--lengths", "300"],
+            "llama",
+            "RULER task niah_single_1 at length 300: its smallest prompt is",
+        ),
+        (
+            ["--lengths", "4000", "ruler.tasks=niah_single_1"],
+            "llama_sp",
+            "cannot encode the RULER prompt of niah_single_1",
+        ),
+        (["--suite", "rular"], "llama", "unknown --suite 'rular'; choose from text, ruler"),
+        (["ruler.samples=0"], "llama", "ruler.samples must be a positive integer"),
+        (["ruler.template=chat"], "llama", "has no chat template"),
+    ],
+    ids=["unknown-task", "too-short", "cannot-encode", "unknown-suite", "no-samples", "no-chat"],
+)
+def test_bad_ruler_input_is_one_line_and_writes_nothing(cli, models, tmp_path, args, model, text):
+    root = tmp_path / "results"
+    proc = ruler(cli, models, root, *args, model=model)
+    assert_one_line_error(proc, 2, text)
+    assert not root.exists()
