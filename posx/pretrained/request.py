@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "passkey.trials": 5,
     "passkey.depths": list(DEPTHS),
     "ruler.tasks": "all",
-    "ruler.samples": 20,
+    "ruler.samples": 10,
     "ruler.template": "base",
     "ruler.threshold": 85.6,
     "train_length": None,
