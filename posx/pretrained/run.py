@@ -175,7 +175,12 @@ def evaluate_pretrained(
     run = request.run_dir or run_directory(request.root, label, loaded.source.revision)
     text = tokenize_held_out(loaded.tokenizer, raw, corpus)
     show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
-    ruler = prepare_ruler(request, loaded, text.text) if "ruler" in request.suites else None
+    ruler = None
+    if "ruler" in request.suites:
+        ruler = prepare_ruler(
+            loaded.tokenizer, loaded.source.name, loaded.info["tokenizer"]["sha256"], values,
+            s.lengths, request.root, text.text,
+        )  # fmt: skip
     rows, buckets = [], []
     if "text" in request.suites:
         rows, buckets = evaluate_text(
@@ -193,8 +198,9 @@ def evaluate_pretrained(
     said: list[dict[str, Any]] = []
     if ruler is not None:
         found, said = run_ruler(
-            request, loaded, ruler, (lambda r: on_row(r["task"], r)) if on_row else None
-        )
+            loaded.model, ruler, values, s.variants, loaded.trained, loaded.device,
+            s.batch_tokens, (lambda r: on_row(r["task"], r)) if on_row else None,
+        )  # fmt: skip
         rows += found
     info = {**_run_json(run, label, loaded, text.describe, values), **request.record}
     chosen = {**recorded_loggers(run), **request.logger}

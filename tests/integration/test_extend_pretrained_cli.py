@@ -141,7 +141,7 @@ def test_pose_on_qwen2_spreads_positions_and_keeps_rope(cli, models, tmp_path):
 
 def test_an_interrupted_extension_resumes_to_the_same_weights(cli, models, extended, tmp_path,
                                                               monkeypatch):  # fmt: skip
-    import posx.pretrained.extend_train as loop
+    import posx.pretrained.extend.train as loop
 
     class StopAfterThree(loop.StopOnInterrupt):
         """Ctrl-C during the third of four steps (checked at each step boundary)."""
