@@ -176,7 +176,9 @@ def eval_(
         eval_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
                          progress, max_memory, hf)  # fmt: skip
         return
-    opened = extend_hf_runs(runs or [], lengths)
+    words = [*map(str, runs or []), *ctx.args]
+    named = [r for r in runs or [] if "=" not in str(r)]
+    opened = extend_hf_runs(named, lengths, suite, [w for w in words if "=" in w])
     if opened is None:
         return
     if any(hf_options) or dtype != "auto":

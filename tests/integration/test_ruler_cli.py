@@ -96,3 +96,23 @@ def test_bad_ruler_input_is_one_line_and_writes_nothing(cli, models, tmp_path, a
     proc = ruler(cli, models, root, *args, model=model)
     assert_one_line_error(proc, 2, text)
     assert not root.exists()
+
+
+def test_ruler_on_a_posx_extend_output_goes_into_its_run(cli, models, tmp_path):
+    """``posx extend hf:`` makes a YaRN x2 run; ``posx eval RUN --suite ruler`` evaluates its
+    model into that run, with the ``ruler.*`` settings of the command."""
+    root = tmp_path / "results"
+    corpus = f"task.corpus={models / 'corpus.txt'}"
+    done = cli("extend", f"hf:{models / 'llama'}", corpus, "extension=yarn", "extend.factor=2",
+               "extend.steps=1", "extend.warmup_steps=1", "train.batch_size=2",
+               "train.micro_batch=1", "task.val_fraction=0.5", "eval.lengths=[]", f"root={root}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = (root / "pretrained").iterdir()
+    proc = cli("eval", str(run), "--suite", "ruler", "--lengths", "1000",
+               "ruler.tasks=niah_single_1", "ruler.samples=2")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "RULER" in proc.stdout and "niah_single_1" in proc.stdout
+    rows = pd.read_csv(run / "eval.csv")
+    assert list(rows["task"]) == ["ruler/niah_single_1", "ruler/average"]
+    assert set(rows["samples"]) == {2} and (run / "ruler_generations.csv").is_file()
+    assert len(set(rows["encoding"])) == 1 and rows["eval_length"].eq(1000).all()
