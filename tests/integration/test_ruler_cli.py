@@ -105,7 +105,8 @@ def test_ruler_on_a_posx_extend_output_goes_into_its_run(cli, models, tmp_path):
     corpus = f"task.corpus={models / 'corpus.txt'}"
     done = cli("extend", f"hf:{models / 'llama'}", corpus, "extension=yarn", "extend.factor=2",
                "extend.steps=1", "extend.warmup_steps=1", "train.batch_size=2",
-               "train.micro_batch=1", "task.val_fraction=0.5", "eval.lengths=[]", f"root={root}")  # fmt: skip
+               "train.micro_batch=1", "task.val_fraction=0.5", "eval.lengths=[]",
+               f"root={root}")  # fmt: skip
     assert done.returncode == 0, done.stderr
     (run,) = (root / "pretrained").iterdir()
     proc = cli("eval", str(run), "--suite", "ruler", "--lengths", "1000",
