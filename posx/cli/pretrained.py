@@ -50,6 +50,7 @@ def eval_pretrained(
     from posx.report.ruler import ruler_table
     from posx.runs.messages import eval_table
     from posx.runs.resources import parse_size
+    from posx.runtime.distributed import world
 
     words = [str(r) for r in runs]
     overrides = [w for w in [*words, *ctx.args] if "=" in w and not w.startswith("hf:")]
@@ -69,6 +70,7 @@ def eval_pretrained(
     variants = [parse_variant(v) for v in hf.variant or ["none"]]
     limit = parse_size(max_memory, "--max-memory")
     suites = parse_suites(hf.suite)
+    main = world().is_main
     for word in models:
         settings = Settings(
             lengths=asked or [],
@@ -87,11 +89,13 @@ def eval_pretrained(
         )  # fmt: skip
 
         def line(task: str, row: dict, word: str = word) -> None:
-            if progress:
+            if progress and main:
                 err_console.print(progress_line(word, task, row), markup=False, highlight=False,
                                   soft_wrap=True)  # fmt: skip
 
         run, rows = evaluate_pretrained(request, line, warn)
+        if not main:  # under torchrun the first process reports
+            continue
         console.print(str(run), style="bold", markup=False, highlight=False, soft_wrap=True)
         for text in ruler_table(rows, values["ruler.threshold"]):
             console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -101,7 +105,8 @@ def eval_pretrained(
             console.print(f"{task} {what or '(as saved)'}", markup=False, highlight=False)
             for text in eval_table(group, group[0]["train_length"]):
                 console.print(text, markup=False, highlight=False, soft_wrap=True)
-    console.print("compare with `posx report` (docs/pretrained.md)")
+    if main:
+        console.print("compare with `posx report` (docs/pretrained.md)")
 
 
 def _quoted(text: str) -> str:

@@ -32,7 +32,7 @@ from posx.pretrained.ruler.run import GENERATION_KEYS, GENERATIONS, prepare_rule
 from posx.pretrained.scaling import rope_parameters
 from posx.pretrained.text import held_out_bytes, tokenize_held_out
 from posx.pretrained.track import recorded_loggers, send_rows
-from posx.runtime.distributed import pick_device
+from posx.runtime.distributed import World, init_process_group, pick_device, world
 from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, write_json
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def load_for_eval(request: Request) -> Loaded:
     source = load.find_model(request.word, request.revision, request.allow_download)
     trust = load.check_code(source, request.trust_remote_code, load.known_model_types())
     config = load.load_config(source, trust)
-    device = pick_device(request.device)
+    device = pick_device(request.device, world())
     dtype = load.pick_dtype(request.dtype, device)
     trained, origin = trained_length(config, request.values["train_length"])
     params = parameter_count(config, transformers, trust)
@@ -142,6 +142,23 @@ def load_for_eval(request: Request) -> Loaded:
     return Loaded(model, tokenizer, source, trained, info, device)
 
 
+def processes(request: Request) -> World:
+    """This process's place under ``torchrun`` (joining its process group), or a single process.
+
+    Raises:
+        ConfigError: Several processes asked for more than RULER, whose samples they share.
+    """
+    w = world()
+    if not w.distributed:
+        return w
+    if request.suites != ("ruler",) or request.passkey:
+        raise ConfigError(
+            "under torchrun, posx eval hf: shares RULER's samples among the processes: use "
+            "--suite ruler alone, and evaluate text or --passkey in one process"
+        )
+    return init_process_group()
+
+
 def run_directory(root: Path, label: str, revision: str) -> Path:
     """``<root>/pretrained/<label>_<12 hex of the revision>``."""
     short = re.sub(r"[^0-9a-f]", "", revision.split(":")[-1].lower())[:12] or "local"
@@ -166,6 +183,7 @@ def evaluate_pretrained(
     """
     check_writable(request.root)
     s, values = request.settings, request.values
+    w = processes(request)
     raw, corpus = held_out_bytes(
         values["task.corpus"], float(values["task.val_fraction"]), values["task.max_bytes"],
         values["task.val_corpus"],
@@ -200,6 +218,7 @@ def evaluate_pretrained(
         found, said = run_ruler(
             loaded.model, ruler, values, s.variants, loaded.trained, loaded.device,
             s.batch_tokens, (lambda r: on_row(r["task"], r)) if on_row else None,
+            rank=w.rank, size=w.size,
         )  # fmt: skip
         rows += found
     info = {**_run_json(run, label, loaded, text.describe, values), **request.record}
@@ -208,6 +227,8 @@ def evaluate_pretrained(
         info["logger"] = chosen
     ident = _ident(info, loaded, values)
     rows = [{**ident, **r} for r in rows]
+    if not w.is_main:  # under torchrun the first process writes
+        return run, rows
     run.mkdir(parents=True, exist_ok=True)
     write_json(run / "run.json", info)
     merge_rows(run / "eval.csv", rows, ROW_KEYS)

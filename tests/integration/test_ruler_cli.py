@@ -117,3 +117,44 @@ def test_ruler_on_a_posx_extend_output_goes_into_its_run(cli, models, tmp_path):
     assert list(rows["task"]) == ["ruler/niah_single_1", "ruler/average"]
     assert set(rows["samples"]) == {2} and (run / "ruler_generations.csv").is_file()
     assert len(set(rows["encoding"])) == 1 and rows["eval_length"].eq(1000).all()
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_rows_of_one(models, tmp_path):
+    """torchrun --nproc_per_node 2 on gloo: each process answers half the prompts, the first
+    writes; the rows and what the model said equal one process's."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "POSX_DEBUG": "0",
+           "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    args = ["eval", f"hf:{models / 'llama'}", "--suite", "ruler", "--lengths", "1000",
+            f"task.corpus={models / 'corpus.txt'}", "ruler.tasks=niah_single_1,vt",
+            "ruler.samples=3", "--no-progress", "--variant", "none", "--variant",
+            "yarn:2"]  # fmt: skip
+    tables = {}
+    for procs in (1, 2):
+        root = tmp_path / f"p{procs}"
+        launch = ["-m", "torch.distributed.run", "--nproc_per_node", str(procs), "--standalone"]
+        proc = subprocess.run([sys.executable, *launch, "-m", "posx", *args, "--root", str(root)],
+                              env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (run,) = (root / "pretrained").iterdir()
+        rows = pd.read_csv(run / "eval.csv")
+        said = pd.read_csv(run / "ruler_generations.csv", keep_default_na=False)
+        keep = ["task", "eval_length", "overrides", "score", "samples", "prompt_tokens_max"]
+        tables[procs] = (rows[keep].fillna(""), said)
+    pd.testing.assert_frame_equal(tables[1][0], tables[2][0])
+    pd.testing.assert_frame_equal(tables[1][1], tables[2][1])
+    assert len(tables[2][1]) == 2 * 2 * 3
+
+
+def test_several_processes_refuse_what_they_cannot_share(cli, models, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    proc = cli("eval", f"hf:{models / 'llama'}", "--suite", "text,ruler", "--root",
+               str(tmp_path / "r"), f"task.corpus={models / 'corpus.txt'}")  # fmt: skip
+    assert_one_line_error(proc, 2, "under torchrun, posx eval hf: shares RULER's samples")
+    assert not (tmp_path / "r").exists()

@@ -115,3 +115,25 @@ def greedy(
         return out
 
     return run
+
+
+def sharded(generate: Generate, rank: int, size: int) -> Generate:
+    """``generate`` split over ``size`` processes (``torchrun``): this one answers prompts
+    ``rank, rank + size, ...`` and every process gets every answer back (``all_gather_object``),
+    so all of them score the same samples; greedy answers do not depend on the split."""
+    if size <= 1:
+        return generate
+    import torch.distributed as dist
+
+    def run(prompts: Sequence[Sequence[int]], budget: int) -> list[list[int]]:
+        mine = list(range(rank, len(prompts), size))
+        said = generate([prompts[i] for i in mine], budget) if mine else []
+        gathered: list[Any] = [None] * size
+        dist.all_gather_object(gathered, list(zip(mine, said, strict=True)))
+        out: list[list[int]] = [[] for _ in prompts]
+        for part in gathered:
+            for i, new in part:
+                out[i] = new
+        return out
+
+    return run

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from posx.pretrained.ruler.generate import Generate, greedy
+from posx.pretrained.ruler.generate import Generate, greedy, sharded
 from posx.pretrained.ruler.prompts import Prepared, Prompter, prepare
 from posx.pretrained.ruler.suite import RulerSettings, evaluate_ruler
 from posx.pretrained.scaling import Variant
@@ -86,8 +86,11 @@ def run_ruler(
     batch_tokens: int,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     generate: Generate | None = None,
+    rank: int = 0,
+    size: int = 1,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Writes the sample cache, then generates and scores every task, length and variant.
+    """Writes the sample cache (the first process), then generates and scores every task,
+    length and variant, the prompts shared among ``size`` processes under ``torchrun``.
 
     Args:
         model: The loaded causal LM.
@@ -99,13 +102,16 @@ def run_ruler(
         batch_tokens: Tokens per generation batch (``eval.batch_tokens``).
         on_row: Called with each finished row.
         generate: Stands in for the model's greedy generation (tests).
+        rank: This process's rank under ``torchrun``.
+        size: How many processes share the prompts.
 
     Returns:
         The ``eval.csv`` rows and the generation rows.
     """
     prompter, prepared = ready
-    prepared.write_cache()
-    gen = generate or greedy(model, prompter.tokenizer, device, batch_tokens)
+    if rank == 0:
+        prepared.write_cache()
+    gen = sharded(generate or greedy(model, prompter.tokenizer, device, batch_tokens), rank, size)
     return evaluate_ruler(
         model, prompter, prepared, ruler_settings(values), variants, trained, device, gen, on_row
     )
