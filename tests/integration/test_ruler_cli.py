@@ -88,11 +88,17 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
         (["--suite", "rular"], "llama", "unknown --suite 'rular'; choose from text, ruler"),
         (["ruler.samples=0"], "llama", "ruler.samples must be a positive integer"),
         (["ruler.template=chat"], "llama", "has no chat template"),
-        (["--lengths", "65536", "--max-memory", "64M"], "llama",
-         "at 65536 tokens needs about"),
+        (["--lengths", "65536", "--max-memory", "64M"], "llama", "at 65536 tokens needs about"),
     ],
-    ids=["unknown-task", "too-short", "cannot-encode", "unknown-suite", "no-samples", "no-chat",
-         "memory"],
+    ids=[
+        "unknown-task",
+        "too-short",
+        "cannot-encode",
+        "unknown-suite",
+        "no-samples",
+        "no-chat",
+        "memory",
+    ],
 )
 def test_bad_ruler_input_is_one_line_and_writes_nothing(cli, models, tmp_path, args, model, text):
     root = tmp_path / "results"
