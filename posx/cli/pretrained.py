@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -70,6 +71,7 @@ def eval_pretrained(
     variants = [parse_variant(v) for v in hf.variant or ["none"]]
     limit = parse_size(max_memory, "--max-memory")
     suites = parse_suites(hf.suite)
+    _check_suite_options(suites, protocol, overrides)
     main = world().is_main
     for word in models:
         settings = Settings(
@@ -107,6 +109,26 @@ def eval_pretrained(
                 console.print(text, markup=False, highlight=False, soft_wrap=True)
     if main:
         console.print("compare with `posx report` (docs/pretrained.md)")
+
+
+def _check_suite_options(
+    suites: tuple[str, ...], protocol: tuple[Any, ...], overrides: list[str]
+) -> None:
+    """Refuses options the chosen suites would ignore (a number must never look as if an option
+    had shaped it).
+
+    Raises:
+        ConfigError: ``--mode``/``--window``/``--stride``/``--buckets`` without ``--suite text``,
+            or a ``ruler.*`` setting without ``--suite ruler``.
+    """
+    if "text" not in suites and any(v is not None for v in protocol):
+        raise ConfigError(
+            "--mode, --window, --stride and --buckets apply to --suite text (perplexity); "
+            "RULER's prompts are read whole"
+        )
+    ruler = [w.split("=", 1)[0] for w in overrides if w.startswith("ruler.")]
+    if ruler and "ruler" not in suites:
+        raise ConfigError(f"{ruler[0]} applies to RULER's tasks: add --suite ruler (or text,ruler)")
 
 
 def _quoted(text: str) -> str:

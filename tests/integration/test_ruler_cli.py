@@ -89,6 +89,12 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
         (["ruler.samples=0"], "llama", "ruler.samples must be a positive integer"),
         (["ruler.template=chat"], "llama", "has no chat template"),
         (["--lengths", "65536", "--max-memory", "64M"], "llama", "at 65536 tokens needs about"),
+        (["--mode", "sliding"], "llama", "--mode, --window, --stride and --buckets apply to"),
+        (
+            ["--suite", "text", "ruler.samples=3"],
+            "llama",
+            "ruler.samples applies to RULER's tasks: add --suite ruler",
+        ),
     ],
     ids=[
         "unknown-task",
@@ -98,6 +104,8 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
         "no-samples",
         "no-chat",
         "memory",
+        "sliding",
+        "ruler-setting-without-ruler",
     ],
 )
 def test_bad_ruler_input_is_one_line_and_writes_nothing(cli, models, tmp_path, args, model, text):
