@@ -177,6 +177,13 @@ def _score_task(
         "seconds": seconds,
         "chance": 0.0,
     }
+    depths: dict[str, list[float]] = {}
+    for e, f in zip(each, fitted, strict=True):
+        if f.sample.depth is not None:
+            cell = depths.setdefault(str(f.sample.depth), [0.0, 0])
+            cell[0], cell[1] = round(cell[0] + e, 6), cell[1] + 1
+    if depths:  # per needle depth: [summed sample scores, samples] (posx report's depth plot)
+        row["depth_grid"] = json.dumps(depths, sort_keys=True)
     lines = [
         {
             "index": i,

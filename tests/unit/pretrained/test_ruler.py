@@ -6,6 +6,7 @@ cache; a tokenizer that cannot encode a prompt is refused."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import string
@@ -117,6 +118,14 @@ def test_a_model_that_reads_the_prompt_scores_100_and_a_silent_one_0(tiny_dir):
     assert all(r["samples"] == 3 and r["score_low"] < 100 == r["score_high"] for r in rows
                if r["task"] != "ruler/average")  # fmt: skip
     assert len(said) == 2 * 11 * 3 and all(s["score"] == 1.0 for s in said)
+    for r in rows:  # per depth: the needle tasks' samples, all right
+        name = r["task"].split("/")[1]
+        if name.startswith("niah") or name == "vt":
+            grid = json.loads(r["depth_grid"])
+            assert sum(n for _, n in grid.values()) == 3 and all(t == n for t, n in grid.values())
+            assert sorted(map(int, grid)) == [0, 33, 67]  # depths 0, 13 and 26 of RULER's 40
+        else:
+            assert "depth_grid" not in r
     rows, said = _run(model, tok, ready, prompter, lambda p, b: [[] for _ in p], list(TASKS))
     assert {r["score"] for r in rows} == {0.0} and all(r["empty"] == 3 for r in rows[:-1])
     assert all(s["prediction"] == "" for s in said)
