@@ -5,6 +5,8 @@ length; every bad input one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -37,7 +39,13 @@ def ruler(cli, models, root, *args, model="llama"):
 
 def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
     root = tmp_path / "results"
-    args = ["--lengths", "1000", "ruler.tasks=niah_single_1,vt", "ruler.samples=2"]
+    args = [
+        "--lengths",
+        "1000",
+        "ruler.tasks=niah_single_1,vt",
+        "ruler.samples=2",
+        "experiment=mine",
+    ]
     proc = ruler(cli, models, root, *args)
     assert proc.returncode == 0, proc.stderr
     assert "effective length at 85.6: below 1000" in proc.stdout and "niah_single_1" in proc.stdout
@@ -61,6 +69,20 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
     assert [p.stat().st_mtime_ns for p in cached] == stamps
     rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
     assert len(rows) == 6 and len(pd.read_csv(run / "ruler_generations.csv")) == 8
+    conf = tmp_path / "conf"
+    (conf / "claims").mkdir(parents=True)
+    (conf / "experiment").mkdir()
+    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment_name: mine\n")
+    (conf / "claims" / "mine.yaml").write_text(
+        "paper: RULER claims of a pretrained model\nclaims:\n"
+        "  - id: some\n    table: t\n"
+        "    statement: llama >= 0 at L=1000 by score on ruler/average\n"
+        "  - id: all\n    table: t\n    statement: llama >= 99 at L=1000 by score on ruler/vt\n"
+    )
+    check = cli("--config-dir", str(conf), "check", str(root), "--min-seeds", "1", "--format",
+                "json")  # fmt: skip
+    verdicts = {c["claim"]: c["verdict"] for c in json.loads(check.stdout)["claims"]}
+    assert verdicts == {"some": "holds", "all": "fails"}, check.stdout + check.stderr
     report = cli("report", "--root", str(root), "--threshold", "0")
     assert report.returncode == 0, report.stderr
     assert "RULER llama: score in percent" in report.stdout
