@@ -16,7 +16,7 @@ from typing import Any
 from posx.ruler.build import Fitted
 from posx.ruler.sample import Sample
 
-VERSION = 1
+VERSION = 1  # part of every key: raise it when a generator or the word lists change
 
 
 def cache_key(fields: dict[str, Any]) -> str:
