@@ -197,3 +197,17 @@ def test_several_processes_refuse_what_they_cannot_share(cli, models, tmp_path, 
                str(tmp_path / "r"), f"task.corpus={models / 'corpus.txt'}")  # fmt: skip
     assert_one_line_error(proc, 2, "under torchrun, posx eval hf: shares RULER's samples")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_sweep_job_runs_ruler(cli, models, tmp_path):
+    """``posx eval -m hf:... --suite ruler``: the option and the ruler.* settings reach the job
+    (configs/pretrained.yaml's eval.suite and ruler.*)."""
+    root = tmp_path / "results"
+    out = cli("eval", "-m", f"hf:{models / 'llama'}", "--suite", "ruler", "--lengths", "1000",
+              f"root={root}", f"task.corpus={models / 'corpus.txt'}",
+              "ruler.tasks=niah_single_1", "ruler.samples=2")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (run,) = (root / "pretrained").iterdir()
+    rows = pd.read_csv(run / "eval.csv")
+    assert list(rows["task"]) == ["ruler/niah_single_1", "ruler/average"]
+    assert set(rows["samples"]) == {2}
