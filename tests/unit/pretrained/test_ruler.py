@@ -209,3 +209,18 @@ def test_what_the_model_said_is_kept_readable_in_one_csv_cell():
     from posx.pretrained.ruler.suite import shown
 
     assert shown("a\rb\x00c\nd\te\u2028") == "a\\rb\\u0000c\nd\te\\u2028"
+
+
+def test_lengths_past_a_learned_position_table_are_unsupported_rows(tiny_dir):
+    _, model, tok, _ = loaded(tiny_dir, "gpt2")  # 32 learned positions
+    prompter, ready = _prepare(tok, ["niah_single_1"], [2100])
+
+    def never(prompts, budget):
+        raise AssertionError("generated past the table")
+
+    rows, said = _run(model, tok, ready, prompter, never, ["niah_single_1"],
+                      [Variant(), Variant("yarn", 2.0)])  # fmt: skip
+    assert [r["status"] for r in rows] == ["unsupported"] * 4 and not said
+    assert "learned positions for 32 tokens only" in rows[0]["reason"]
+    assert "no rotary positions to scale" in rows[2]["reason"]
+    assert rows[1]["task"] == "ruler/average" and "ruler/niah_single_1:" in rows[1]["reason"]
