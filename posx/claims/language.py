@@ -12,6 +12,11 @@ A preset ``configs/experiment/NAME.yaml`` declares its claims in ``configs/claim
         published_metric: perplexity at 2512 tokens, trained at 512
         note: why the CPU-scale version may differ
         paper_scale: the overrides that run it at the paper's scale
+    tuning_seeds: [0, 1, 2]   # optional: the seeds that chose the preset's settings
+
+``tuning_seeds`` names the seeds whose runs were looked at while the preset's settings were
+chosen; ``posx check`` judges the claims on the other seeds only (a claim fitted to the seeds
+that judge it says nothing), unless asked to include them.
 
 A statement is whitespace-separated tokens::
 
@@ -138,6 +143,8 @@ class ClaimsFile:
     paper: str
     claims: tuple[Claim, ...]
     note: str = ""
+    # the seeds whose runs chose the preset's settings: its claims are judged on the others
+    tuning_seeds: tuple[int, ...] = ()
 
 
 class ClaimError(ConfigError):

@@ -12,6 +12,12 @@ from posx.cli._app import app, config_dirs, console, err_console
 from posx.errors import ConfigError
 
 CHECK_FORMATS = ("rich", "md", "json")
+# The filters posx report and posx check share (one parser: report.build.filter_rows).
+TASK_HELP = "Only these tasks (a,b or repeat)."
+WHERE_HELP = (
+    "Keep runs whose config key (or eval.csv column) has this value, KEY=VALUE, e.g. "
+    "model.d_model=128 (repeatable; all must hold)."
+)
 
 if TYPE_CHECKING:  # the CLI imports pandas and the report package only when a command runs
     from rich.console import Console
@@ -32,7 +38,7 @@ def report(
         help="auto (bpb for text, exact_match for synthetic tasks), loss, ppl, bpb, acc, "
         "exact_match, or any other numeric eval.csv column (e.g. peak_mem_mb).",
     ),
-    task: list[str] = typer.Option(None, "--task", "-t", help="Only these tasks (a,b or repeat)."),
+    task: list[str] = typer.Option(None, "--task", "-t", help=TASK_HELP),
     encoding: list[str] = typer.Option(None, "--encoding", "-e", help="Only these encodings."),
     mode: list[str] = typer.Option(None, "--mode", help="Only these eval modes (full, sliding)."),
     variant: list[str] = typer.Option(
@@ -48,12 +54,7 @@ def report(
         help="Compare model, train_length, task, mode, seed or any config key (e.g. "
         "train.steps) side by side in one table (default: one table each).",
     ),
-    where: list[str] = typer.Option(
-        None,
-        "--where",
-        help="Keep runs whose config key (or eval.csv column) has this value, KEY=VALUE, e.g. "
-        "model.d_model=128 (repeatable; all must hold).",
-    ),
+    where: list[str] = typer.Option(None, "--where", help=WHERE_HELP),
     rank: bool = typer.Option(
         None,
         "--rank/--no-rank",
@@ -145,7 +146,7 @@ def report(
     )
     for warning in result.warnings:
         err_console.print(f"posx: warning: {warning}", markup=False, style="yellow")
-    checked = _add_claims(ctx, root, result) if claims else None
+    checked = _add_claims(ctx, root, result, task, where) if claims else None
     if shows_tables(kind, fmt, output):
         _print_tables(result, with_claims=checked is not None)
     extra = _claims_records(checked) if kind == "json" and checked is not None else None
@@ -159,13 +160,16 @@ def report(
         _claims_exit(checked.verdicts)
 
 
-def _add_claims(ctx: typer.Context, root: Path, result: Report) -> Checked:
-    """Checks the claims of the presets the runs under ``root`` record (as ``posx check``) and
-    adds their verdicts to the report as its last section."""
+def _add_claims(
+    ctx: typer.Context, root: Path, result: Report, task: list[str] | None, where: list[str] | None
+) -> Checked:
+    """Checks the claims of the presets the runs under ``root`` record (as ``posx check``, on
+    the runs of the report's ``--task`` and ``--where``) and adds their verdicts to the report
+    as its last section."""
     from posx.claims.find import check_root
     from posx.claims.render import claims_section
 
-    checked = check_root(root, config_dirs(ctx))
+    checked = check_root(root, config_dirs(ctx), tasks=task, where=where)
     result.sections.append(claims_section(checked.verdicts, checked.notes))
     return checked
 
@@ -245,7 +249,8 @@ def check(
         "--format",
         "-f",
         help="rich (the table, or one block per claim on a narrow terminal), md, or json (one "
-        "object per claim: id, verdict, statement, measured, seeds, seed_agreement, reason).",
+        "object per claim: id, verdict, statement, measured, seeds, seed_agreement, reason, "
+        "notes, near_bound).",
     ),
     min_seeds: int = typer.Option(3, "--min-seeds", help="Seeds each term needs for a verdict."),
     agreement: float = typer.Option(
@@ -256,6 +261,20 @@ def check(
         "--partial",
         help="Also judge runs evaluated before their last step (interrupted; left out, with a "
         "note, by default).",
+    ),
+    task: list[str] = typer.Option(
+        None,
+        "--task",
+        "-t",
+        help=TASK_HELP + " Without it each preset's claims judge the tasks the preset trains "
+        "(its configs/experiment file) and the tasks its claims name.",
+    ),
+    where: list[str] = typer.Option(None, "--where", help=WHERE_HELP),
+    tuning_seeds: bool = typer.Option(
+        False,
+        "--tuning-seeds",
+        help="Also judge the runs of the seeds that chose a preset's settings (tuning_seeds in "
+        "its claims file; left out, with a note, by default).",
     ),
 ) -> None:
     """Check each preset's claims (configs/claims/NAME.yaml) against its runs under ROOT.
@@ -268,7 +287,10 @@ def check(
 
     if fmt not in CHECK_FORMATS:
         raise ConfigError(f"unknown --format {fmt!r}; choose from {', '.join(CHECK_FORMATS)}")
-    checked = check_root(root, config_dirs(ctx), experiment, min_seeds, agreement, partial)
+    checked = check_root(
+        root, config_dirs(ctx), experiment, min_seeds, agreement, partial, tasks=task,
+        where=where, tuning=tuning_seeds,
+    )  # fmt: skip
     if fmt == "json":
         sys.stdout.write(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
     else:

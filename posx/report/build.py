@@ -166,12 +166,23 @@ def load_rows(
     """
     frame = load_evals(root)
     by_cols = parse_by(by, frame)
-    conditions = parse_where(where, frame)
-    frame = where_rows(filters.apply(frame), conditions)
+    frame = filter_rows(frame, filters, where)
     if frame.empty:
         raise ConfigError(f"no eval rows under {root} match the filters")
     frame, warnings = drop_duplicate_runs(frame)
     return frame, by_cols, warnings + config_warnings(frame)
+
+
+def filter_rows(frame: pd.DataFrame, filters: Filters, where: Sequence[str] | None) -> pd.DataFrame:
+    """The rows that pass ``--task``/``--encoding``/``--mode``/``--variant`` and every
+    ``--where KEY=VALUE`` (parsed against all of ``frame``, before the filters): what ``posx
+    report`` shows and ``posx check`` judges.
+
+    Raises:
+        ConfigError: A bad ``--where``, or a filter value that matches no row.
+    """
+    conditions = parse_where(where, frame)
+    return where_rows(filters.apply(frame), conditions)
 
 
 def config_warnings(frame: pd.DataFrame) -> list[str]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import pandas as pd
 from rich.text import Text
 
-from posx.report.chance import NOT_LEARNED
 from posx.report.fit import Column, FittedTable
 from posx.report.tables import (
     SEQUENCE_UNITS,
     Section,
     WideTable,
     cell_parts,
+    learned_mark,
     length_header,
     length_unit,
     row_label,
@@ -38,6 +38,11 @@ UNLEARNED_NOTE = (
     "the loss of --learned-loss): shown and ranked last, never bold"
 )
 
+SEEDS_UNLEARNED_NOTE = (
+    "k of n seeds not learned = the row's mean learned, but k seeds are below --learned at the "
+    "training length on their own: the mean includes them, posx check leaves them out"
+)
+
 
 def legend(tables: list[WideTable]) -> str:
     """The legend under the tables: how to read a cell, what the length columns count (only the
@@ -55,6 +60,8 @@ def legend(tables: list[WideTable]) -> str:
     parts.append(LEGEND_RATIO)
     if any(t.not_learned for t in tables):
         parts.append(UNLEARNED_NOTE)
+    if any(t.seeds_not_learned for t in tables):
+        parts.append(SEEDS_UNLEARNED_NOTE)
     return "; ".join(parts)
 
 
@@ -117,8 +124,9 @@ def _rich_table(t: WideTable, digits: int, ratio: bool) -> FittedTable:
     labels = []
     for row in t.rows:
         label = Text(row)
-        if row in t.not_learned:  # on its own line
-            label.append(f"\n{NOT_LEARNED}", style="italic")
+        mark = learned_mark(t, row)
+        if mark:  # on its own line
+            label.append(f"\n{mark}", style="italic")
         labels.append(label)
     values = [
         Column(length_header(t.meta, length),
