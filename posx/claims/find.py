@@ -98,7 +98,8 @@ def check_root(
     frame = attach_lineage(frame, root)
     runs = {d: run_experiment(root / d) for d in frame["run_dir"].unique()}
     frame = frame.assign(experiment=frame["run_dir"].map(runs))
-    frame = frame[frame["mode"] == "full"]
+    # claims read full-mode rows, and RULER's (mode generate: a prompt is always read whole)
+    frame = frame[frame["mode"].isin(["full", "generate"])]
     notes: list[str] = []
     short = partial_rows(frame)
     if short.any() and not partial:

@@ -60,6 +60,7 @@ NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 FACTOR = re.compile(r"(\d+(\.\d+)?)[x×]")  # 4x, 1.5x
 ABSOLUTE = re.compile(r"L=(\d+)")
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TASK = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z0-9_]+)?")  # RULER's are ruler/<name>
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RATIO_MARKS = ("×r", "xr")
 CLAUSES = ("at", "by", "on")
@@ -281,8 +282,8 @@ def _length(value: str, what: str, bad: Bad) -> tuple[float | None, int | None]:
 
 def _check_clause_names(clauses: dict[str, str], bad: Bad) -> None:
     """Refuses a ``by`` or ``on`` value that is not a plain name (a metric or task)."""
-    for key in ("by", "on"):
-        if key in clauses and not WORD.fullmatch(clauses[key]):
+    for key, word in (("by", WORD), ("on", TASK)):
+        if key in clauses and not word.fullmatch(clauses[key]):
             raise bad(f"'{key} {clauses[key]}' is not a metric or task name")
 
 

@@ -45,10 +45,17 @@ def extend_hf(word: str, words: list[str], options: Options) -> None:
     _evaluate(run, None)
 
 
-def _evaluate(run: Path, lengths: list[int] | None) -> None:
-    """Rank 0 evaluates the extended model into its run and prints the table."""
+def _evaluate(
+    run: Path,
+    lengths: list[int] | None,
+    suites: tuple[str, ...] = ("text",),
+    given: dict[str, Any] | None = None,
+) -> None:
+    """Rank 0 evaluates the extended model into its run and prints the table (``suites``,
+    ``given``: what ``posx eval RUN --suite ruler ruler.samples=N`` asked)."""
     from posx.pretrained.extend.run import evaluate_extension
     from posx.pretrained.run import progress_line
+    from posx.report.ruler import ruler_table
     from posx.runs.messages import eval_table
     from posx.runtime.distributed import world
     from posx.saved import SavedRun
@@ -64,9 +71,13 @@ def _evaluate(run: Path, lengths: list[int] | None) -> None:
     def line(task: str, row: dict[str, Any]) -> None:
         _say(progress_line(str(run), task, row))
 
-    where, rows = evaluate_extension(run, info, lengths, line)
+    where, rows = evaluate_extension(run, info, lengths, line, suites, given)
     _print(str(where))
-    for text in eval_table(rows, rows[0]["train_length"]):
+    threshold = (given or {}).get("ruler.threshold", 85.6)
+    for text in ruler_table(rows, threshold):
+        _print(text)
+    rows = [r for r in rows if not str(r["task"]).startswith("ruler/")]
+    for text in eval_table(rows, rows[0]["train_length"]) if rows else []:
         _print(text)
 
 
@@ -89,9 +100,12 @@ def resume_hf(run: Path, info: dict[str, Any], dirs: list[Path]) -> None:
     _evaluate(run, None)
 
 
-def extend_hf_runs(runs: list[Path], lengths: str | None) -> list[SavedRun] | None:
+def extend_hf_runs(
+    runs: list[Path], lengths: str | None, suite: str | None = None, words: list[str] = ()
+) -> list[SavedRun] | None:
     """``posx eval RUN ...`` of pretrained models' extensions: evaluated as ``posx eval hf:``
-    evaluates a model, into their own runs.
+    evaluates a model, into their own runs (``suite``: ``--suite``; ``words``: the command's
+    ``key=value`` words, of which the ``ruler.*`` settings apply).
 
     Returns:
         None when the runs named were extensions and are evaluated; else every word opened as
@@ -111,6 +125,11 @@ def extend_hf_runs(runs: list[Path], lengths: str | None) -> list[SavedRun] | No
         raise ConfigError(
             "evaluate pretrained models' extensions and posx runs in separate commands"
         )
+    from posx.pretrained.request import DEFAULTS, parse_suites, parse_values
+
+    asked = parse_values([w for w in words if w.startswith("ruler.")])
+    given = {k: v for k, v in asked.items() if k.startswith("ruler.") and v != DEFAULTS[k]}
     for run in found:
-        _evaluate(run.path, parse_lengths(lengths) if lengths else None)
+        _evaluate(run.path, parse_lengths(lengths) if lengths else None, parse_suites(suite),
+                  given)  # fmt: skip
     return None

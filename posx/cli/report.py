@@ -85,6 +85,12 @@ def report(
         help="Each cell relative to the same run at its training length (×r, same metric).",
     ),
     digits: int = typer.Option(3, "--digits", help="Decimals in the tables."),
+    threshold: float = typer.Option(
+        85.6,  # posx.ruler.scoring.THRESHOLD (not imported: the CLI loads the report lazily)
+        "--threshold",
+        help="RULER: the average score (percent) a length needs to count toward the effective "
+        "length (85.6, Llama-2-7B's at 4k, as in the paper; a small model wants its own).",
+    ),
     fmt: str = typer.Option(
         None,
         "--format",
@@ -136,6 +142,7 @@ def report(
         where=where,
         learned=learned,
         learned_loss=learned_loss,
+        threshold=threshold,
     )
     for warning in result.warnings:
         err_console.print(f"posx: warning: {warning}", markup=False, style="yellow")
@@ -179,9 +186,14 @@ def _print_tables(result: Report, with_claims: bool) -> None:
     """Prints the report's tables on the terminal, then the claims' verdicts if it has them
     (their section is the last one, see ``_add_claims``)."""
     from posx.report import rich_renderables
+    from posx.report.ruler import section_lines
 
     for renderable in rich_renderables(result):
         console.print(renderable)
+    ruler = result.sections[:-1] if with_claims else result.sections
+    for section in ruler:
+        for line in section_lines(section):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if with_claims:
         from posx.claims.render import to_rich
 

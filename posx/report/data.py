@@ -33,6 +33,7 @@ LOWER_IS_BETTER = {
     "bpb": True,
     "acc": False,
     "exact_match": False,
+    "score": False,  # RULER's, percent
     "seconds": True,
     "tokens_per_s": False,
     "peak_mem_mb": True,

@@ -38,7 +38,7 @@ from posx.pretrained.extend.train import (
     make_optimizer,
     train,
 )
-from posx.pretrained.request import DEFAULTS, Request
+from posx.pretrained.request import DEFAULTS, Request, check_values
 from posx.pretrained.run import RUNS_DIR, evaluate_pretrained
 from posx.pretrained.scaling import rope_parameters
 from posx.runtime.distributed import World, barrier, init_process_group
@@ -209,10 +209,17 @@ def _record(plan: Plan, run: Path, corpus: dict[str, Any]) -> dict[str, Any]:
 
 
 def evaluate_extension(
-    run: Path, info: dict[str, Any], lengths: list[int] | None, on_row: Any = None
+    run: Path,
+    info: dict[str, Any],
+    lengths: list[int] | None,
+    on_row: Any = None,
+    suites: tuple[str, ...] = ("text",),
+    given: dict[str, Any] | None = None,
 ) -> tuple[Path, list[dict[str, Any]]]:
-    """Evaluates an extension's model on the held-out text into its own run directory, at
-    ``lengths`` (default: its ``eval.lengths``, else the base's context and the target).
+    """Evaluates an extension's model on the held-out text (and/or RULER's tasks, ``suites``)
+    into its own run directory, at ``lengths`` (default: its ``eval.lengths``, else the base's
+    context and the target); ``given``: ``key=value`` settings of this evaluation
+    (``ruler.samples``).
 
     Raises:
         ConfigError: The run has no model (it was not finished).
@@ -225,11 +232,12 @@ def evaluate_extension(
     if not (isinstance(v, dict) and parent.get("trained_length") and ext.get("length")):
         raise PosxError(f"{run}/run.json is damaged (no extension lineage); it cannot be evaluated")
     asked = lengths or v.get("eval.lengths") or [parent["trained_length"], ext["length"]]
-    values = {**DEFAULTS, **{k: v[k] for k in DEFAULTS if k in v}}
+    values = {**DEFAULTS, **{k: v[k] for k in DEFAULTS if k in v}, **(given or {})}
     values.update(train_length=info["train_length"], label=info["encoding"])
+    values = check_values(values)
     settings = Settings(lengths=list(asked), tokens=values["eval.tokens"],
                         batch_tokens=values["eval.batch_tokens"])  # fmt: skip
     request = Request(f"hf:{run / MODEL_DIR}", settings, values, root=run.parent.parent,
                       device=str(v.get("train.device", "auto")), run_dir=run,
-                      record={k: info[k] for k in KEPT if k in info})  # fmt: skip
+                      record={k: info[k] for k in KEPT if k in info}, suites=suites)  # fmt: skip
     return evaluate_pretrained(request, on_row)
