@@ -17,7 +17,7 @@ from posx.cli._app import (
     err_console,
     terminal_width,
 )
-from posx.cli.options import TRUST_HELP, parse_lengths, warn
+from posx.cli.options import TRUST_HELP, check_misspelt_options, parse_lengths, warn
 from posx.errors import ConfigError, PosxError
 
 if TYPE_CHECKING:  # the commands import what they run only when they run
@@ -158,6 +158,7 @@ def eval_(
     from posx.cli.extend_pretrained import extend_hf_runs
     from posx.cli.pretrained import HfOptions, eval_pretrained, sweep_pretrained
 
+    check_misspelt_options(ctx)
     hf_options = (variant, passkey, trust_remote_code, allow_download, revision, device_map)
     hf = HfOptions(variant, passkey, trust_remote_code, allow_download, revision, dtype,
                     device_map)  # fmt: skip

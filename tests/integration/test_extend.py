@@ -230,6 +230,33 @@ def test_a_length_that_contradicts_the_factor_is_one_warning(cli, base):
 
 
 @pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["extend.factor=0.5"], "extend.factor must be >= 1 (an extension fine-tunes at "
+                                "extend.factor × the parent's train.length 16), got 0.5"),
+        (["--dryrun"], "posx extend has no option --dryrun; did you mean --dry-run?"),
+    ],
+)  # fmt: skip
+def test_a_mistake_is_named_as_the_user_wrote_it(cli, base, args, said):
+    before = sorted(p.name for p in base.parent.iterdir())
+    result = cli("extend", str(base), "extension=yarn", *FT, *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], lines
+    assert sorted(p.name for p in base.parent.iterdir()) == before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_device_this_machine_lacks_is_refused_before_any_run_folder(cli, base):
+    before = sorted(p.name for p in base.parent.iterdir())
+    result = cli("extend", str(base), "extension=yarn", *FT, "train.device=cuda")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "train.device=cuda but CUDA is not available" in lines[0], lines
+    assert sorted(p.name for p in base.parent.iterdir()) == before
+
+
+@pytest.mark.parametrize(
     ("damage", "said"),
     [
         ("missing", "run directory does not exist"),

@@ -209,6 +209,7 @@ def _custom_code(models: Path, tmp_path: Path) -> Path:
      ("custom code", "asks to run its own code (auto_map in config.json)"),
      ("no method", "posx extend hf:... needs a method: extension=NAME"),
      ("unknown setting", "posx extend hf:... has no setting 'train.length'"),
+     ("no cuda", "train.device=cuda but CUDA is not available on this machine"),
      ("too big", "needs about 594.6 MiB per process (1 process(es)), more than the limit of 590.0 "
                  "MiB you set; would fit: train.checkpointing=true")],
 )  # fmt: skip
@@ -228,11 +229,39 @@ def test_each_refusal_is_one_line_and_writes_nothing(cli, models, tmp_path, monk
         args = []
     elif case == "unknown setting":
         args.append("train.length=64")
+    elif case == "no cuda":
+        if torch.cuda.is_available():
+            pytest.skip("needs a machine without CUDA")
+        args.append("train.device=cuda")
     elif case == "too big":
         args += ["extend.factor=64", "train.micro_batch=4", "train.max_memory=590M"]
     result = cli(*extend_args(models, root, *args, model=model))
     assert_one_line_error(result, 2, message)
     assert not root.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["extension=yarn", "extend.stepz=10"], "has no setting 'extend.stepz'; did you mean "
+                                                "extend.steps? It takes extension, "),
+        (["extension=yarn", "--dryrun"], "posx extend has no option --dryrun; did you mean "
+                                         "--dry-run?"),
+        (["extension=yarn", "bogus"], "posx extend hf:... takes key=value settings; got bogus"),
+    ],
+)  # fmt: skip
+def test_a_mistake_is_named_as_the_user_wrote_it(cli, models, tmp_path, args, said):
+    root = tmp_path / "out"
+    assert_one_line_error(cli(*extend_args(models, root, *args)), 2, said)
+    assert not root.exists()
+
+
+def test_a_model_directory_named_without_hf_says_hf(cli, models, tmp_path):
+    result = cli("extend", str(models / "llama"), "extension=yarn", f"root={tmp_path}")
+    assert_one_line_error(result, 2, f"{models / 'llama'} is a Hugging Face model directory "
+                                     f"(config.json), not a posx run: extend it with posx extend "
+                                     f"hf:{models / 'llama'} extension=NAME")  # fmt: skip
+    assert not list(tmp_path.iterdir())
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(cli, models, tmp_path):
