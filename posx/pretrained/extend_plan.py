@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from posx.errors import ConfigError
+from posx.errors import ConfigError, PosxWarning
 from posx.pretrained import load
 from posx.pretrained.extend_memory import Layout, Shape, describe, estimate, fitting, model_shape
 from posx.pretrained.extend_method import Method, check_family, extended_config, read_method
@@ -125,6 +126,14 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     trained, _ = trained_length(base, None)
     factor = float(values["extend.factor"])
     length = int(values["extend.length"] or round(factor * trained))
+    if values["extend.length"] and length != round(factor * trained) and world.is_main:
+        warnings.warn(  # as `posx extend RUN` says the same contradiction
+            f"extend.length={length} is {length / trained:g}× the trained context {trained} of "
+            f"{source.name}, but extend.factor={factor:g} says {round(factor * trained)}: "
+            f"fine-tuning at {length} with the scaling's factor {factor:g}",
+            PosxWarning,
+            stacklevel=2,
+        )
     if length <= trained and (method.at_target or method.pose_chunks):
         raise ConfigError(
             f"extend.length={length} is not longer than the trained context of "

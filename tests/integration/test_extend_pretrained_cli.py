@@ -256,6 +256,17 @@ def test_a_mistake_is_named_as_the_user_wrote_it(cli, models, tmp_path, args, sa
     assert not root.exists()
 
 
+def test_a_length_that_contradicts_the_factor_is_one_warning(cli, models, tmp_path):
+    """As `posx extend RUN` warns: extend.length=64 with extend.factor=4 over 32 tokens."""
+    args = ["extension=yarn", "extend.length=64", "extend.factor=4", "--dry-run"]
+    result = cli(*extend_args(models, tmp_path / "out", *args))
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(warned) == 1 and warned[0].startswith("posx: warning: extend.length=64"), warned
+    assert "extend.factor=4 says 128: fine-tuning at 64 with the scaling's factor 4" in warned[0]
+    assert "target 64" in result.stdout and not (tmp_path / "out").exists()
+
+
 def test_a_model_directory_named_without_hf_says_hf(cli, models, tmp_path):
     result = cli("extend", str(models / "llama"), "extension=yarn", f"root={tmp_path}")
     assert_one_line_error(result, 2, f"{models / 'llama'} is a Hugging Face model directory "
