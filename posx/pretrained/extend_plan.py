@@ -81,6 +81,14 @@ class Plan:
         text = json.dumps([self.source.revision, kept], sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
+    def fingerprint(self) -> str:
+        """16 hex naming the configuration: the identity without the seed, so the seeds of one
+        setting are one configuration in ``posx report`` and ``posx check`` (the written
+        weights differ per seed and are no part of it)."""
+        kept = {k: v for k, v in self.values.items() if k not in (*NOT_IDENTITY, "seed")}
+        text = json.dumps(["extension", self.source.revision, kept], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def lines(self) -> list[str]:
         """The plan for ``--dry-run``, one fact a line."""
         v, w = self.values, self.world.size

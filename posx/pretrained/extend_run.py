@@ -14,6 +14,7 @@ the same directory, so ``posx report`` and ``posx check`` read it as any run.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -39,14 +40,22 @@ from posx.pretrained.extend_train import (
     train,
 )
 from posx.pretrained.request import DEFAULTS, Request
-from posx.pretrained.run import RUNS_DIR, evaluate_pretrained
+from posx.pretrained.run import (
+    RUNS_DIR,
+    evaluate_pretrained,
+    model_fingerprint,
+    model_label,
+    tokenizer_identity,
+)
+from posx.pretrained.run import run_directory as evaluated_run_directory
 from posx.pretrained.scaling import rope_parameters
 from posx.runtime.distributed import World, barrier, init_process_group
 from posx.storage.results import SCHEMA_VERSION, check_writable, write_csv, write_json
 
 MODEL_DIR = "model"
 # what an extension's run.json keeps when its evaluation writes the file again
-KEPT = ("status", "steps", "step", "final_loss", "parent", "extension", "train_corpus")
+KEPT = ("status", "steps", "step", "final_loss", "parent", "extension", "train_corpus", "seed",
+        "fingerprint")  # fmt: skip
 Say = Callable[[str], None]
 
 
@@ -121,7 +130,7 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
     text = tokenize_held_in(tokenizer, raw, corpus)
     budget = _budget(plan)
     text.window_count(plan.window)
-    record = _record(plan, run, text.describe)
+    record = _record(plan, run, text.describe, parent_key(plan, tokenizer))
     if world.is_main:
         run.mkdir(parents=True, exist_ok=True)
         write_json(run / "run.json", {**record, "status": "running", "step": 0})
@@ -176,16 +185,37 @@ def _saved_dtype(source: load.Source) -> torch.dtype:
     return found if isinstance(found, torch.dtype) else torch.float32
 
 
-def _record(plan: Plan, run: Path, corpus: dict[str, Any]) -> dict[str, Any]:
-    """``run.json`` of the extension: what it is, where it came from, how it was trained."""
-    v, base = plan.values, load.model_name(plan.word)
+def parent_key(plan: Plan, tokenizer: Any) -> dict[str, str]:
+    """The base's ``run`` and ``fingerprint`` as its own ``run.json`` records them, so that
+    ``posx check`` pairs the extension with its base (:mod:`posx.claims.lineage`): the run
+    ``posx eval hf:`` writes for the model, or, for posx's own extension, that run."""
+    own = plan.source.path.parent / "run.json"
+    if plan.source.path.name == MODEL_DIR and own.is_file():
+        try:
+            info = json.loads(own.read_text())
+        except (OSError, ValueError):
+            info = None
+        if isinstance(info, dict) and info.get("extension") and info.get("fingerprint"):
+            return {"run": plan.source.path.parent.name, "fingerprint": str(info["fingerprint"])}
+    label = model_label(plan.source.name, None)
+    sha = tokenizer_identity(tokenizer)["sha256"]
+    return {"run": evaluated_run_directory(Path("."), label, plan.source.revision).name,
+            "fingerprint": model_fingerprint(plan.source.revision, sha)}  # fmt: skip
+
+
+def _record(
+    plan: Plan, run: Path, corpus: dict[str, Any], parent: dict[str, str]
+) -> dict[str, Any]:
+    """``run.json`` of the extension: what it is, where it came from (``parent``: the base's
+    run and fingerprint, :func:`parent_key`), how it was trained."""
+    v = plan.values
     info: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "run": run.name, "encoding": plan.label,
         "task": "text", "model": "pretrained", "seed": v["seed"], "train_length": plan.window,
-        "steps": v["extend.steps"],
+        "fingerprint": plan.fingerprint(), "steps": v["extend.steps"],
         "pretrained": {"model_id": str(run / MODEL_DIR), "architecture": plan.config.model_type,
                        "parameters": plan.shape.params},
-        "parent": {"run": Path(base.rstrip("/")).name, "model_id": plan.source.name,
+        "parent": {**parent, "model_id": plan.source.name,
                    "path": str(plan.source.path), "revision": plan.source.revision,
                    "trained_length": plan.trained,
                    "rope_parameters": rope_parameters(load.load_config(plan.source, plan.trust))},

@@ -217,6 +217,11 @@ def _warn(text: str) -> None:
     log.warning(f"posx: warning: {text}")
 
 
+def model_fingerprint(revision: str, tokenizer_sha256: str) -> str:
+    """A pretrained model's configuration: its revision and its tokenizer's definition."""
+    return hashlib.sha256(f"{revision}|{tokenizer_sha256}".encode()).hexdigest()[:16]
+
+
 def _run_json(
     run: Path, label: str, loaded: Loaded, corpus: dict[str, Any], values: dict[str, Any]
 ) -> dict[str, Any]:
@@ -228,6 +233,10 @@ def _run_json(
         "task": "text",
         "model": "pretrained",
         "seed": 0,
+        # what an extension's `parent` names, so base and extension pair (posx.claims.lineage)
+        "fingerprint": model_fingerprint(
+            loaded.source.revision, loaded.info["tokenizer"]["sha256"]
+        ),
         "train_length": loaded.trained,
         "pretrained": loaded.info,
         "corpus": corpus,
@@ -238,18 +247,17 @@ def _run_json(
 
 
 def _ident(info: dict[str, Any], loaded: Loaded, values: dict[str, Any]) -> dict[str, Any]:
-    fingerprint = hashlib.sha256(
-        f"{loaded.source.revision}|{loaded.info['tokenizer']['sha256']}".encode()
-    ).hexdigest()[:16]
+    """The columns every row of the run shares; the seed and fingerprint are ``run.json``'s
+    (an extension records its own: its seed, and its settings with its base's identity)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "run": info["run"],
         "encoding": info["encoding"],
         "model": info["model"],
-        "seed": 0,
+        "seed": int(info.get("seed") or 0),
         "train_length": info["train_length"],
         "eval_seed": values["eval.seed"],
-        "fingerprint": fingerprint,
+        "fingerprint": str(info["fingerprint"]),
         "device": loaded.device.type,
         "precision": loaded.info["dtype"],
         "model_id": loaded.source.name,

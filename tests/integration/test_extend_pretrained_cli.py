@@ -127,6 +127,60 @@ def test_yarn_extension_loads_anywhere_and_reads_as_a_run(cli, models, extended,
     assert verdicts == {"close": "holds", "far": "fails"}, check.stdout + check.stderr
 
 
+def test_seeds_of_one_setting_are_one_configuration_paired_with_the_base(cli, models, extended,
+                                                                       tmp_path):  # fmt: skip
+    """A second seed of the fixture's extension: each run records its own seed (run.json and
+    eval.csv), both share one fingerprint (settings + base, not their weights), so the report
+    has one row of n=2 and posx check compares one configuration; their parent key is the base
+    run's own, so check pairs both with the one base (1 parent) instead of 2 unrelated pairs."""
+    root = tmp_path / "root"
+    shutil.copytree(extended.parent.parent, root)
+    for d in (root / "pretrained").iterdir():
+        if d.name != extended.name:
+            shutil.rmtree(d)  # other tests' runs (evaluated base, ...) may have landed here
+    done = run_in_process(*extend_args(models, root, "extension=yarn", "extend.factor=2",
+                                       "experiment=mine", "seed=1"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    base = cli("eval", f"hf:{models / 'llama'}", "--root", str(root), "--lengths", "32,64",
+               f"task.corpus={models / 'corpus.txt'}", "task.val_fraction=0.5", "eval.tokens=128",
+               "experiment=mine", "--no-progress")  # fmt: skip
+    assert base.returncode == 0, base.stderr
+    runs = {}
+    for d in (root / "pretrained").iterdir():
+        runs[json.loads((d / "run.json").read_text())["seed"], d.name.startswith("llama_")] = d
+    one = runs[1, False]
+    assert set(pd.read_csv(one / "eval.csv")["seed"]) == {1}
+    prints = {json.loads((runs[s, False] / "run.json").read_text())["fingerprint"] for s in (0, 1)}
+    rows = {
+        fp
+        for s in (0, 1)
+        for fp in pd.read_csv(runs[s, False] / "eval.csv", dtype={"fingerprint": str})[
+            "fingerprint"
+        ]
+    }
+    assert len(prints) == 1 and rows == prints
+    base_info = json.loads((runs[0, True] / "run.json").read_text())
+    parent = json.loads((one / "run.json").read_text())["parent"]
+    assert (parent["run"], parent["fingerprint"]) == (runs[0, True].name, base_info["fingerprint"])
+
+    md = cli("report", "--root", str(root), "--by", "train_length", "--format", "md").stdout
+    (row,) = [x for x in md.splitlines() if x.startswith("| llama+yarn×2+ft@64")]
+    assert row.split("|")[2].strip() == "2", md  # n: one configuration at 2 seeds
+    conf = tmp_path / "conf"
+    (conf / "claims").mkdir(parents=True)
+    (conf / "experiment").mkdir()
+    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment_name: mine\n")
+    (conf / "claims" / "mine.yaml").write_text(
+        "paper: extension\nclaims:\n  - id: close\n    table: t\n"
+        "    statement: llama+yarn×2+ft@64 <= llama + 100 at L=64 by bpb\n"
+    )  # fmt: skip
+    check = cli("--config-dir", str(conf), "check", str(root), "--min-seeds", "1", "--format",
+                "json")  # fmt: skip
+    (claim,) = json.loads(check.stdout)["claims"]
+    assert claim["verdict"] == "holds", check.stdout + check.stderr
+    assert claim["seed_agreement"].endswith(": 1/1"), claim  # one parent, not 2 x 1 seeds
+
+
 def test_pose_on_qwen2_spreads_positions_and_keeps_rope(cli, models, tmp_path):
     done = cli(*extend_args(models, tmp_path, "extension=pose", "extend.factor=2",
                             "extend.steps=2", "eval.lengths=[64]", model="qwen2"))  # fmt: skip
