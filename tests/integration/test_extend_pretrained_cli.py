@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import REPO, run_in_process
+from tests.conftest import REPO, claims_config, run_in_process
 from tests.integration.test_cli_errors import assert_one_line_error
 from tests.unit.pretrained.tiny_models import model_root, offline_hub
 
@@ -110,17 +110,11 @@ def test_yarn_extension_loads_anywhere_and_reads_as_a_run(cli, models, extended,
     listing = json.loads(cli("runs", "--root", str(root), "--format", "json").stdout)
     assert {r["status"] for r in listing} == {"extended", "pretrained"}
 
-    conf = tmp_path / "conf"
-    (conf / "claims").mkdir(parents=True)
-    (conf / "experiment").mkdir()
-    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment_name: mine\n")
-    (conf / "claims" / "mine.yaml").write_text(
-        "paper: extension\nclaims:\n"
-        "  - id: close\n    table: t\n"
-        "    statement: llama+yarn×2+ft@64 <= llama + 100 at L=64 by bpb\n"
-        "  - id: far\n    table: t\n"
-        "    statement: llama+yarn×2+ft@64 < llama - 100 at L=64 by bpb\n"
-    )  # fmt: skip
+    claims = ("  - id: close\n    table: t\n"
+              "    statement: llama+yarn×2+ft@64 <= llama + 100 at L=64 by bpb\n"
+              "  - id: far\n    table: t\n"
+              "    statement: llama+yarn×2+ft@64 < llama - 100 at L=64 by bpb\n")  # fmt: skip
+    conf = claims_config(tmp_path / "conf", claims)
     check = cli("--config-dir", str(conf), "check", str(root), "--min-seeds", "1", "--format",
                 "json")  # fmt: skip
     verdicts = {c["claim"]: c["verdict"] for c in json.loads(check.stdout)["claims"]}
@@ -166,14 +160,8 @@ def test_seeds_of_one_setting_are_one_configuration_paired_with_the_base(cli, mo
     md = cli("report", "--root", str(root), "--by", "train_length", "--format", "md").stdout
     (row,) = [x for x in md.splitlines() if x.startswith("| llama+yarn×2+ft@64")]
     assert row.split("|")[2].strip() == "2", md  # n: one configuration at 2 seeds
-    conf = tmp_path / "conf"
-    (conf / "claims").mkdir(parents=True)
-    (conf / "experiment").mkdir()
-    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment_name: mine\n")
-    (conf / "claims" / "mine.yaml").write_text(
-        "paper: extension\nclaims:\n  - id: close\n    table: t\n"
-        "    statement: llama+yarn×2+ft@64 <= llama + 100 at L=64 by bpb\n"
-    )  # fmt: skip
+    conf = claims_config(tmp_path / "conf", "  - id: close\n    table: t\n    statement: "
+                         "llama+yarn×2+ft@64 <= llama + 100 at L=64 by bpb\n")  # fmt: skip
     check = cli("--config-dir", str(conf), "check", str(root), "--min-seeds", "1", "--format",
                 "json")  # fmt: skip
     (claim,) = json.loads(check.stdout)["claims"]

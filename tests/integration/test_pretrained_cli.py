@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import claims_config
 from tests.integration.test_cli_errors import assert_one_line_error
 from tests.unit.pretrained.tiny_models import model_root, offline_hub
 
@@ -93,15 +94,10 @@ def test_report_runs_and_check_read_a_pretrained_run_beside_a_posx_run(cli, mode
     assert f"pretrained/{run.name}/run.json" in page  # its record, as it has no saved config
     assert f"pretrained/{run.name}/.hydra" not in page
 
-    conf = tmp_path / "conf"
-    (conf / "claims").mkdir(parents=True)
-    (conf / "experiment").mkdir()
-    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment_name: mine\n")
-    (conf / "claims" / "mine.yaml").write_text(
-        "paper: a pretrained model's own claims\nclaims:\n"
-        "  - id: finite\n    table: t\n    statement: tinyllama < 1000 at 1x by bpb\n"
-        "  - id: impossible\n    table: t\n    statement: tinyllama+yarn×2 < 0 at 2x by bpb\n"
-    )
+    claims_config(tmp_path / "conf",
+                  "  - id: finite\n    table: t\n    statement: tinyllama < 1000 at 1x by bpb\n"
+                  "  - id: impossible\n    table: t\n    statement: tinyllama+yarn×2 < 0 at 2x "
+                  "by bpb\n", paper="a pretrained model's own claims")  # fmt: skip
     check = posx("--config-dir", str(tmp_path / "conf"), "check", str(root), "--min-seeds", "1",
                  "--format", "json")  # fmt: skip
     verdicts = {c["claim"]: c["verdict"] for c in json.loads(check.stdout)["claims"]}
