@@ -178,7 +178,17 @@ def test_pose_on_qwen2_spreads_positions_and_keeps_rope(cli, models, tmp_path):
     assert info["encoding"] == "qwen2+pose+ft@32" and info["extension"]["pose_chunks"] == 2
     saved = json.loads((run / "model" / "config.json").read_text())
     assert saved["rope_parameters"]["rope_type"] == "default"
-    assert saved["max_position_embeddings"] == 64
+    # trained at 32 (positions spread to 64): the saved context is the one it trained at
+    assert saved["max_position_embeddings"] == 32
+
+
+def test_the_control_saves_the_context_it_trained_at(cli, models, tmp_path):
+    done = cli(*extend_args(models, tmp_path, "extension=control", "extend.factor=4",
+                            "extend.steps=1", "eval.lengths=[]"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = (tmp_path / "pretrained").iterdir()
+    assert json.loads((run / "run.json").read_text())["train_length"] == 32
+    assert json.loads((run / "model" / "config.json").read_text())["max_position_embeddings"] == 32
 
 
 def test_an_interrupted_extension_resumes_to_the_same_weights(cli, models, extended, tmp_path,
