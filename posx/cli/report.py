@@ -33,7 +33,9 @@ def report(
         "exact_match, or any other numeric eval.csv column (e.g. peak_mem_mb).",
     ),
     task: list[str] = typer.Option(None, "--task", "-t", help="Only these tasks (a,b or repeat)."),
-    encoding: list[str] = typer.Option(None, "--encoding", "-e", help="Only these encodings."),
+    encoding: list[str] = typer.Option(
+        None, "--encoding", "-e", help="Only these encodings (x for ×: rope+yarnx4)."
+    ),
     mode: list[str] = typer.Option(None, "--mode", help="Only these eval modes (full, sliding)."),
     variant: list[str] = typer.Option(
         None,

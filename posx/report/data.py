@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posx.config.variant_names import long_label, short_label
+from posx.config.variant_names import canonical, long_label, short_label
 from posx.config.variant_names import matches as variant_matches
 from posx.errors import ConfigError, PosxError, PosxWarning
 from posx.report.configs import PREFIX, attach_configs, config_column
@@ -233,7 +233,11 @@ def select(
         if not wanted:
             continue
         have = sorted(frame[col].astype(str).unique())
-        unknown = [w for w in wanted if w not in have]
+        if col == "encoding":  # `rope+yarnx4+ft@256` is `rope+yarn×4+ft@256`, as --variant takes
+            typed, wanted = wanted, [w if w in have else canonical(w) for w in wanted]
+            unknown = [t for t, w in zip(typed, wanted, strict=True) if w not in have]
+        else:
+            unknown = [w for w in wanted if w not in have]
         if unknown and strict:
             raise ConfigError(
                 f"no results for {option} {unknown[0]!r}; available: {', '.join(have)}"

@@ -110,7 +110,8 @@ def test_report_legend_names_digit_columns_only_where_there_are_some(cli, monkey
 def test_runs_fit_the_width_and_show_every_value(cli, monkeypatch, tree, width):
     monkeypatch.setenv("COLUMNS", str(width))
     monkeypatch.setattr(console, "width", width)
-    out = cli("runs", "--root", str(tree))
+    monkeypatch.chdir(tree.parent)  # a short root, as typed: each path is the root's + the run's
+    out = cli("runs", "--root", tree.name)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert max(len(line) for line in lines) <= width
@@ -118,7 +119,7 @@ def test_runs_fit_the_width_and_show_every_value(cli, monkeypatch, tree, width):
     text = " ".join(out.stdout.split())
     for i in range(len(LABELS)):
         for seed in (0, 1):
-            assert f"runs/copy_{i}_s{seed}" in text
+            assert f"{tree.name}/runs/copy_{i}_s{seed}" in text
     for label in LABELS:  # a label folds only where it is wider than a line
         assert label in text or width < len(label) + 4, label
     # every evaluated length, the list whole (41 characters fit a line at 60)
