@@ -117,8 +117,8 @@ def _rich_table(t: WideTable, digits: int, ratio: bool) -> FittedTable:
     labels = []
     for row in t.rows:
         label = Text(row)
-        if row in t.not_learned:  # on its own line
-            label.append(f"\n{NOT_LEARNED}", style="italic")
+        if row in t.not_learned:  # in parentheses after it: on a line alone it read as a row
+            label.append(f" ({NOT_LEARNED})", style="italic")
         labels.append(label)
     values = [
         Column(length_header(t.meta, length),
