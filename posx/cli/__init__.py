@@ -16,7 +16,7 @@ from collections.abc import Callable
 import typer
 
 from posx.cli._app import app, console, debug_requested, err_console, settle_help
-from posx.errors import PosxError, PosxWarning
+from posx.errors import Interrupted, PosxError, PosxWarning
 
 __all__ = ["app", "console", "err_console", "main"]
 
@@ -37,6 +37,9 @@ def main() -> None:
     warnings.showwarning = _show_warning(previous)
     try:
         code = app(prog_name="posx", standalone_mode=False)
+    except Interrupted as err:  # Ctrl-C, said as training says it: not an error of the input
+        err_console.print(f"posx: {err}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(err.exit_code)
     except PosxError as err:
         if debug_requested():
             traceback.print_exc()

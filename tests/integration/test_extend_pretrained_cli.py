@@ -215,6 +215,11 @@ def test_an_interrupted_extension_resumes_to_the_same_weights(cli, models, exten
     assert stopped.returncode == 130, stopped.stderr
     monkeypatch.undo()
     (run,) = (tmp_path / "pretrained").iterdir()
+    # as training says it (not `posx: error: ...`), and no PyTorch warning about one process
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"posx: interrupted at step 3; checkpoint saved; run: posx resume {run}"
+    )
+    assert "Warning" not in stopped.stderr, stopped.stderr
     assert run.name == extended.name  # the same settings name the same run
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
     assert [p.name for p in (run / "train_state").iterdir()] == ["step_00000003"]
