@@ -1,4 +1,4 @@
-"""posx extend: context extension by fine-tuning a trained run (posx/runs/extend.py)."""
+"""posx extend: context extension by fine-tuning a trained run (posx/runs/extend/run.py)."""
 
 from __future__ import annotations
 
@@ -45,14 +45,14 @@ def extend(
     check_misspelt_options(ctx)
     if str(run).startswith("hf:"):
         from posx.cli.extend_pretrained import extend_hf
-        from posx.pretrained.extend_settings import Options
+        from posx.pretrained.extend.settings import Options
 
         options = Options(dry_run, allow_download, revision, list(trust_remote_code or []),
                           config_dirs(ctx))  # fmt: skip
         extend_hf(str(run), list(ctx.args), options)
         return
     from posx.config.trust import trusted_prefixes
-    from posx.runs.extend import run_extend
+    from posx.runs.extend.run import run_extend
 
     dirs = config_dirs(ctx)
     run, args = _run_and_args(str(run), list(ctx.args))

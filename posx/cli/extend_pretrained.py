@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from posx.cli._app import console, err_console
 from posx.errors import ConfigError
-from posx.pretrained.extend_settings import Options
+from posx.pretrained.extend.settings import Options
 
 if TYPE_CHECKING:
     from posx.saved import SavedRun
@@ -24,8 +24,8 @@ def _print(text: str) -> None:
 
 def extend_hf(word: str, words: list[str], options: Options) -> None:
     """``posx extend hf:... key=value ... [--dry-run]``: plan, fine-tune, save, evaluate."""
-    from posx.pretrained.extend_plan import check_fits
-    from posx.pretrained.extend_run import extend_pretrained, plan_extension
+    from posx.pretrained.extend.plan import check_fits
+    from posx.pretrained.extend.run import extend_pretrained, plan_extension
 
     other = [w for w in words if "=" not in w]
     if other:
@@ -47,7 +47,7 @@ def extend_hf(word: str, words: list[str], options: Options) -> None:
 
 def _evaluate(run: Path, lengths: list[int] | None) -> None:
     """Rank 0 evaluates the extended model into its run and prints the table."""
-    from posx.pretrained.extend_run import evaluate_extension
+    from posx.pretrained.extend.run import evaluate_extension
     from posx.pretrained.run import progress_line
     from posx.runs.messages import eval_table
     from posx.runtime.distributed import world
@@ -83,7 +83,7 @@ def extension_info(run: Path | SavedRun) -> dict[str, Any] | None:
 def resume_hf(run: Path, info: dict[str, Any], dirs: list[Path]) -> None:
     """``posx resume RUN`` of a pretrained model's extension (``dirs``: the user's config dirs,
     where its method may be)."""
-    from posx.pretrained.extend_run import resume_pretrained
+    from posx.pretrained.extend.run import resume_pretrained
 
     resume_pretrained(run, info, Options(config_dirs=dirs), _say)
     _evaluate(run, None)

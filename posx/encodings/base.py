@@ -18,8 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from posx.errors import ConfigError
-from posx.kernels.flex import ScoreMod
-from posx.kernels.flex_tables import FlexScores
+from posx.kernels.flex.attention import ScoreMod
+from posx.kernels.flex.tables import FlexScores
 from posx.kernels.memo import parameter_versions
 
 # GPT-2's embedding init: every learned position table's before `init_std` existed.
@@ -131,7 +131,7 @@ class PositionalEncoding(nn.Module):
     ) -> FlexScores | None:
         """``attend``'s computation as FlexAttention runs it, for an encoding whose scores
         depend on content and distance through per-query (and per-key) tables
-        (:mod:`posx.kernels.flex_tables`); attention takes it where ``model.attention_kernel``
+        (:mod:`posx.kernels.flex.tables`); attention takes it where ``model.attention_kernel``
         is ``flex`` and FlexAttention can run (on the CPU: without a gradient).
 
         Must equal ``attend(q, k, v, q_pos, k_pos)``: ``FlexScores.q``, ``k`` (possibly wider

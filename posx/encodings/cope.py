@@ -21,8 +21,8 @@ from torch import Tensor, nn
 
 from posx.encodings.base import as_float
 from posx.encodings.per_layer import PerLayer
-from posx.kernels.cope import cope_attention
-from posx.kernels.cope_layer import interpolate, logits_table, suffix_positions
+from posx.kernels.cope.attention import cope_attention
+from posx.kernels.cope.layer import interpolate, logits_table, suffix_positions
 
 
 def cope_positions(gates: Tensor, gaps: Tensor | None = None) -> Tensor:

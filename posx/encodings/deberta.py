@@ -50,7 +50,7 @@ from posx.kernels.disentangled import (
     DisentangledAttention,
     shifted_terms,
 )
-from posx.kernels.flex_tables import FlexScores, RelativeTables, table_score_mod
+from posx.kernels.flex.tables import FlexScores, RelativeTables, table_score_mod
 from posx.kernels.near_band import near_band_attend
 from posx.kernels.relative import (
     consecutive_positions,

@@ -18,8 +18,8 @@ from torch import Tensor, nn
 
 from posx.encodings.base import add_head_dim, as_float, relative_distance, values_are_concrete
 from posx.encodings.per_layer import PerLayer
-from posx.kernels.flex import ScoreMod
-from posx.kernels.flex_mods import LogDistance, mlp_score_mod, piecewise_score_mod
+from posx.kernels.flex.attention import ScoreMod
+from posx.kernels.flex.mods import LogDistance, mlp_score_mod, piecewise_score_mod
 
 
 class FIRE(PerLayer):
@@ -100,7 +100,7 @@ class FIRE(PerLayer):
         return add_head_dim(out)
 
     def layer_score_mod(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod:
-        """``layer``'s bias as FlexAttention's ``score_mod`` (:mod:`posx.kernels.flex_mods`):
+        """``layer``'s bias as FlexAttention's ``score_mod`` (:mod:`posx.kernels.flex.mods`):
         the MLP unrolled where a gradient flows, its piecewise-linear form where none does, as
         :meth:`layer_bias` chooses; the per-query normaliser is computed here, once."""
         layer = self.set_index(layer, "score_mod")

@@ -22,7 +22,7 @@ from collections.abc import Hashable
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, ScoreMod
-from posx.kernels.flex_tables import FlexScores
+from posx.kernels.flex.tables import FlexScores
 
 
 class PerLayer(PositionalEncoding):

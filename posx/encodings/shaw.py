@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from posx.encodings.per_layer import PerLayer
 from posx.kernels.band_terms import BandTerms
 from posx.kernels.blocked import FarKeys, blocked_attend, fused_lse_available
-from posx.kernels.flex_tables import (
+from posx.kernels.flex.tables import (
     FlexScores,
     RelativeTables,
     band_value_term,

@@ -41,7 +41,7 @@ from posx.kernels.blocked import (
     blocked_bias_sdpa,
     sdpa_query_block,
 )
-from posx.kernels.flex_tables import FlexScores
+from posx.kernels.flex.tables import FlexScores
 from posx.kernels.memo import PositionMemo
 from posx.kernels.relative import consecutive_positions, gather_relative, relative_shift
 

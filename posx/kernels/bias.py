@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posx.kernels.blocked import block_budget, future_bias, query_block
-from posx.kernels.flex import bias_per_distance
+from posx.kernels.flex.attention import bias_per_distance
 from posx.kernels.memo import PositionMemo
 from posx.kernels.relative import consecutive_positions, distance_block
 from posx.kernels.sdpa_mask import sdpa_mask

@@ -96,7 +96,7 @@ class BlockBudget:
         bias: The blocked bias kernel's bias (CPU: :data:`MAX_BLOCK_ELEMENTS`).
         attend: :func:`blocked_attend`'s logits (CPU: :data:`ATTEND_BLOCK_ELEMENTS`).
         sdpa: :func:`blocked_bias_sdpa`'s fresh bias per block (CPU: :data:`SDPA_BLOCK_ELEMENTS`).
-        cope: CoPE's explicit blocks (CPU: a quarter of ``attend``, see ``cope_layer``).
+        cope: CoPE's explicit blocks (CPU: a quarter of ``attend``, see ``cope.layer``).
         uncapped: Whether the budget alone sizes a block (CUDA): the caller's ``block_size``,
             a CPU cache setting, then does not cap it (see :meth:`queries`).
     """

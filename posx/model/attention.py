@@ -9,7 +9,7 @@
   ``[s, s]`` tensor exists;
 - ``attend``: the encoding's own computation, or, where it hands FlexAttention its scores
   (``encoding.flex_scores``: per-query tables read by a ``score_mod``, see
-  :mod:`posx.kernels.flex_tables`) and ``flex`` is asked for, FlexAttention.
+  :mod:`posx.kernels.flex.tables`) and ``flex`` is asked for, FlexAttention.
 
 The model carries the choice (``TransformerLM(attention_kernel=...)``, see :data:`KERNELS`):
 ``auto`` takes ``flex`` for a bias on CUDA and ``blocked`` elsewhere, and ``attend`` for an
@@ -33,13 +33,13 @@ from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding
 from posx.kernels.bias import blocked_bias_attention
-from posx.kernels.flex import (
+from posx.kernels.flex.attention import (
     FLEX_AVAILABLE,
     flex_bias_attention,
     flex_unsupported_reason,
     remember_flex_failure,
 )
-from posx.kernels.flex_tables import flex_scores_attention
+from posx.kernels.flex.tables import flex_scores_attention
 from posx.kernels.memo import PositionMemo
 from posx.model.rules import KERNELS, check_kernel
 

@@ -15,8 +15,8 @@ from posx.report.configs import drop_duplicate_runs, parse_where
 from posx.report.configs import where as where_rows
 from posx.report.data import load_evals, load_positions, load_training, metric_by_task, select
 from posx.report.labels import label_rows, parse_by
-from posx.report.plot_set import Plots
-from posx.report.plots_data import position_values, run_labels
+from posx.report.plots.data import position_values, run_labels
+from posx.report.plots.selection import Plots
 from posx.report.rank import RANK_LENGTHS, rank_table
 from posx.report.tables import Section, WideTable, pivot, summarize
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from posx.report.configs import distinguishing, read_run_config
 from posx.report.export import _rank_cells, legend, rank_title
-from posx.report.plots import slug
+from posx.report.plots.figures import slug
 from posx.report.provenance import Provenance, link
 from posx.report.tables import Section, WideTable, cell_parts, length_header, row_label, title
 

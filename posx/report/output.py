@@ -18,9 +18,9 @@ from posx.report.build import Report
 from posx.report.export import section_markdown, to_csv, to_latex, to_markdown, to_rich
 from posx.report.fit import FittedTable
 from posx.report.html import to_html
-from posx.report.plot_set import Plots, figures
-from posx.report.plots import Figures, write_plots
-from posx.report.plots import render as render_figure
+from posx.report.plots.figures import Figures, write_plots
+from posx.report.plots.figures import render as render_figure
+from posx.report.plots.selection import Plots, figures
 from posx.report.provenance import provenance
 from posx.storage.results import check_writable
 

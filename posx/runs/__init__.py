@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from posx.runs.evaluation import evaluate_runs, select_runs
-    from posx.runs.extend import run_extend
+    from posx.runs.extend.run import run_extend
     from posx.runs.job import train_and_evaluate
     from posx.runs.launch import run_train
     from posx.runs.preflight import check_overrides, split_args
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "check_overrides": "preflight",
     "evaluate_runs": "evaluation",
-    "run_extend": "extend",
+    "run_extend": "extend.run",
     "run_resume": "resume",
     "run_train": "launch",
     "select_runs": "evaluation",

@@ -20,7 +20,7 @@ from posx.encodings.base import NoPE
 from posx.encodings.rope import RoPE
 from posx.evaluation.memory import PeakMemory
 from posx.kernels.bias import blocked_bias_attention
-from posx.kernels.flex import flex_bias_attention, flex_unsupported_reason
+from posx.kernels.flex.attention import flex_bias_attention, flex_unsupported_reason
 from posx.model.attention import causal_attention
 from posx.runtime.precision import autocast_context, grad_scaler
 
@@ -179,7 +179,7 @@ def test_every_encoding_evaluates_on_the_gpu_as_on_the_cpu(name, s):
 
 
 def test_the_causal_block_mask_at_32k_takes_no_quadratic_memory():
-    from posx.kernels.flex import causal_block_mask
+    from posx.kernels.flex.attention import causal_block_mask
 
     causal_block_mask.cache_clear()
     with PeakMemory(CUDA) as mem:

@@ -150,7 +150,7 @@ def test_step_zero_logits_equal_the_parents_final_logits(base, tmp_path):
     """The extension starts from the parent's exact weights: with its scaling off, its model at
     step 0 computes the parent's logits (and its data order goes on from the parent's)."""
     from posx.config.build import build_model
-    from posx.runs.extend import _launches, check_parent
+    from posx.runs.extend.run import _launches, check_parent
     from posx.saved import SavedRun
     from posx.storage.checkpoint import load_checkpoint, load_trainer_tensors
     from posx.training.loop import prepare

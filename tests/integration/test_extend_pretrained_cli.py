@@ -193,7 +193,7 @@ def test_the_control_saves_the_context_it_trained_at(cli, models, tmp_path):
 
 def test_an_interrupted_extension_resumes_to_the_same_weights(cli, models, extended, tmp_path,
                                                               monkeypatch):  # fmt: skip
-    import posx.pretrained.extend_train as loop
+    import posx.pretrained.extend.train as loop
 
     class StopAfterThree(loop.StopOnInterrupt):
         """Ctrl-C during the third of four steps (checked at each step boundary)."""

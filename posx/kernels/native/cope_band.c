@@ -14,7 +14,7 @@
  * merges by log-sum-exp); otherwise, and with position gaps, it takes all of its keys. `full`
  * says which: 1 where the row took every key (no far part to merge).
  *
- * Layout (made by posx/kernels/cope_native.py): keys and values last to first, so a query's
+ * Layout (made by posx/kernels/cope/native.py): keys and values last to first, so a query's
  * nearest keys are consecutive and ascending in memory; keys transposed, with 32 zero columns
  * after the last key so that whole vectors may be read past it. */
 #include <math.h>

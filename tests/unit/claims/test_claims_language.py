@@ -124,7 +124,7 @@ def _extension_labels(name: str, bases: set[str], root: Path) -> set[str]:
 
     from posx.config.compose import CONFIG_DIR, compose
     from posx.config.run_names import extension_label
-    from posx.runs.extend_length import launch_lengths
+    from posx.runs.extend.length import launch_lengths
 
     parent = compose([f"experiment={name}"], hydra_node=True)
     (root / ".hydra").mkdir(parents=True)

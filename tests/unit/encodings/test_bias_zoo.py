@@ -18,7 +18,7 @@ from posx.encodings.fire import FIRE
 from posx.encodings.kerple import KerpleLog, KerplePower
 from posx.encodings.sandwich import Sandwich
 from posx.kernels.bias import blocked_bias_attention
-from posx.kernels.flex import FLEX_AVAILABLE, flex_bias_attention, flex_unsupported_reason
+from posx.kernels.flex.attention import FLEX_AVAILABLE, flex_bias_attention, flex_unsupported_reason
 
 POS = torch.arange(12)
 

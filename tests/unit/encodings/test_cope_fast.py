@@ -1,5 +1,5 @@
-"""CoPE's kernel (posx/kernels/cope.py) against the former implementation, kept here as the
-reference: autograd's graph of the formula over blocked_attend. Outputs and every gradient
+"""CoPE's kernel (posx/kernels/cope/attention.py) against the former implementation, kept here as
+the reference: autograd's graph of the formula over blocked_attend. Outputs and every gradient
 (q, k, v, the position embeddings) are compared on several shapes, kinds of positions (from 0,
 offset, different per row, with gaps, shuffled), blocked and unblocked, with and without
 gradients; the routes of the kernel (explicit, fused, band with its fallback) are each seen
@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import Tensor
 
-import posx.kernels.cope as kernel
+import posx.kernels.cope.attention as kernel
 from posx.encodings.cope import CoPE, position_gaps
 from posx.kernels.blocked import blocked_attend, future_bias
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posx.encodings.fire import FIRE
-from posx.kernels.flex_mods import LogDistance, piecewise_score_mod
+from posx.kernels.flex.mods import LogDistance, piecewise_score_mod
 from tests.unit.encodings.test_fire_piecewise import _fire as random_fire
 
 

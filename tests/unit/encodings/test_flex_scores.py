@@ -21,8 +21,8 @@ from posx.encodings.deberta import DeBERTa
 from posx.encodings.deberta_buckets import deberta_index
 from posx.encodings.shaw import Shaw, shaw_index
 from posx.encodings.transformer_xl import TransformerXL, xl_sinusoid
-from posx.kernels.flex import FLEX_AVAILABLE
-from posx.kernels.flex_tables import flex_scores_attention
+from posx.kernels.flex.attention import FLEX_AVAILABLE
+from posx.kernels.flex.tables import flex_scores_attention
 from tests.unit.kernels.test_flex_tables import dense_flex, grid
 
 B, H, D, S = 2, 2, 8, 23

@@ -1,4 +1,4 @@
-"""CoPE's fused C kernel (posx/kernels/native/cope_band.c through posx/kernels/cope_native.py)
+"""CoPE's fused C kernel (posx/kernels/native/cope_band.c through posx/kernels/cope/native.py)
 against the former implementation (autograd's graph of the formula over blocked_attend, kept in
 test_cope_fast.py): every head width the kernel specialises and a generic one, every kind of
 positions, the band with its far part, rows whose positions fall short of the top within the
@@ -16,8 +16,9 @@ import zlib
 import pytest
 import torch
 
-import posx.kernels.cope as kernel
-from posx.kernels import cope_native, native
+import posx.kernels.cope.attention as kernel
+from posx.kernels import native
+from posx.kernels.cope import native as cope_native
 from tests.unit.encodings.test_cope_fast import (
     KINDS,
     _inputs,
@@ -308,7 +309,7 @@ def test_damaged_library_is_named_and_rebuilt(fresh_cache, damage):
         other.write_text("int something_else(void) { return 1; }\n")
         subprocess.run(["cc", "-shared", "-fPIC", str(other), "-o", str(built)], check=True)
     code = (
-        "from posx.kernels import cope_native, native; "
+        "from posx.kernels import native; from posx.kernels.cope import native as cope_native; "
         "print(native.load('cope_band', ('cope_band', 'cope_block')) is not None, "
         "cope_native.available())"
     )

@@ -16,7 +16,7 @@ import warnings
 import pytest
 import torch
 
-from posx.kernels.flex import FLEX_AVAILABLE, _causal, causal_block_mask
+from posx.kernels.flex.attention import FLEX_AVAILABLE, _causal, causal_block_mask
 
 pytestmark = pytest.mark.skipif(not FLEX_AVAILABLE, reason="this torch has no FlexAttention")
 
@@ -71,7 +71,7 @@ def test_the_mask_at_32k_tokens_fits_in_little_memory():
         f"""
         import resource
         resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
-        from posx.kernels.flex import causal_block_mask
+        from posx.kernels.flex.attention import causal_block_mask
         mask = causal_block_mask(32768, 32768, "cpu")
         print(int(mask.kv_num_blocks.sum()), int(mask.full_kv_num_blocks.sum()))
         """
@@ -87,7 +87,7 @@ def test_compiled_flex_keeps_compiling_past_dynamo_s_default_limit(monkeypatch):
     of 8 per function torch runs FlexAttention unfused, building every [b, h, s, s] score, with
     no error: a sweep over many lengths on CUDA would turn quadratic in memory. posx's compiled
     call raises the limit for its own calls (and leaves the global setting alone)."""
-    from posx.kernels import flex
+    from posx.kernels.flex import attention as flex
 
     seen = []
 

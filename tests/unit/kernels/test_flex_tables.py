@@ -1,4 +1,4 @@
-"""posx/kernels/flex_tables.py: the tables' score_mod on index grids, the band's value term
+"""posx/kernels/flex/tables.py: the tables' score_mod on index grids, the band's value term
 against a dense softmax, and FlexAttention's eager forward (the function CUDA compiles) with
 both, against dense attention."""
 
@@ -9,8 +9,8 @@ import warnings
 import pytest
 import torch
 
-from posx.kernels.flex import FLEX_AVAILABLE
-from posx.kernels.flex_tables import (
+from posx.kernels.flex.attention import FLEX_AVAILABLE
+from posx.kernels.flex.tables import (
     FlexScores,
     RelativeTables,
     band_value_term,

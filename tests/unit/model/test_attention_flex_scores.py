@@ -14,8 +14,8 @@ import torch
 
 from posx.config.build import build_model
 from posx.config.compose import CONFIG_DIR, compose
-from posx.kernels.flex import FLEX_AVAILABLE, flex_unsupported_reason
-from posx.kernels.flex_tables import FlexScores, flex_scores_attention
+from posx.kernels.flex.attention import FLEX_AVAILABLE, flex_unsupported_reason
+from posx.kernels.flex.tables import FlexScores, flex_scores_attention
 from posx.model import attention
 from posx.model.attention import choose_kernel
 from tests.unit.kernels.test_flex_tables import dense_flex

@@ -30,7 +30,7 @@ from posx.kernels import bias as bias_kernel
 from posx.kernels import blocked, relative
 from posx.kernels.bias import blocked_bias_attention
 from posx.kernels.blocked import query_block
-from posx.kernels.flex import (
+from posx.kernels.flex.attention import (
     FLEX_AVAILABLE,
     distance_table,
     flex_bias_attention,

@@ -19,7 +19,7 @@ from posx.encodings.rope import RoPE
 from posx.encodings.rope_scaling import SCALING_TYPES
 from posx.encodings.sandwich import Sandwich
 from posx.encodings.t5 import T5Bias
-from posx.kernels.flex import FLEX_AVAILABLE, distance_table, flex_bias_attention
+from posx.kernels.flex.attention import FLEX_AVAILABLE, distance_table, flex_bias_attention
 from posx.kernels.memo import PositionMemo
 
 CASES = [(n.stem, ()) for n in sorted((CONFIG_DIR / "encoding").glob("*.yaml"))] + [

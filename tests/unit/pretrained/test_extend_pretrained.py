@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posx.errors import ConfigError
-from posx.pretrained.extend_memory import Layout, Shape, estimate, fitting
+from posx.pretrained.extend.memory import Layout, Shape, estimate, fitting
 
 
 @pytest.mark.parametrize(
@@ -17,14 +17,14 @@ from posx.pretrained.extend_memory import Layout, Shape, estimate, fitting
      ("pose", None, False, 2)],
 )  # fmt: skip
 def test_every_method_yaml_reads_as_a_pretrained_method(name, scaling, at_target, chunks):
-    from posx.pretrained.extend_method import read_method
+    from posx.pretrained.extend.method import read_method
 
     method = read_method(name)
     assert (method.scaling, method.at_target, method.pose_chunks) == (scaling, at_target, chunks)
 
 
 def test_a_method_that_changes_more_than_positions_is_refused(tmp_path):
-    from posx.pretrained.extend_method import read_method
+    from posx.pretrained.extend.method import read_method
 
     (tmp_path / "extension").mkdir()
     (tmp_path / "extension" / "wide.yaml").write_text("model:\n  d_model: 64\n")
@@ -37,7 +37,7 @@ def test_a_method_that_changes_more_than_positions_is_refused(tmp_path):
 def test_yarn_sets_the_transformers_scaling_and_the_new_length(tiny_dir):
     import transformers
 
-    from posx.pretrained.extend_method import extended_config, read_method
+    from posx.pretrained.extend.method import extended_config, read_method
 
     base = transformers.AutoConfig.from_pretrained(tiny_dir / "llama")
     new = extended_config(base, read_method("yarn"), 2.0, 32, 64)
@@ -57,7 +57,7 @@ def test_yarn_sets_the_transformers_scaling_and_the_new_length(tiny_dir):
 def test_a_family_whose_rotary_ignores_the_scaling_is_refused(tiny_dir):
     import transformers
 
-    from posx.pretrained.extend_method import check_family, extended_config, read_method
+    from posx.pretrained.extend.method import check_family, extended_config, read_method
 
     base = transformers.AutoConfig.from_pretrained(tiny_dir / "qwen2")
     new = extended_config(base, read_method("yarn"), 2.0, 32, 64)
@@ -73,7 +73,7 @@ def test_a_family_whose_rotary_ignores_the_scaling_is_refused(tiny_dir):
 def test_the_chunked_loss_equals_the_models_own(tiny_dir, kind, monkeypatch):
     import transformers
 
-    import posx.pretrained.extend_engine as engine
+    import posx.pretrained.extend.engine as engine
 
     monkeypatch.setattr(engine, "LOSS_CHUNK", 7)  # several chunks and a ragged last one
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir / kind).train()
@@ -92,7 +92,7 @@ def test_the_chunked_loss_equals_the_models_own(tiny_dir, kind, monkeypatch):
 
 
 def test_a_step_reads_the_same_windows_whoever_asks(tiny_dir):
-    from posx.pretrained.extend_data import TrainingText, positions
+    from posx.pretrained.extend.data import TrainingText, positions
 
     text = TrainingText(torch.arange(100), {"corpus": "x"})
     first = text.batch(3, 4, 10, seed=1)

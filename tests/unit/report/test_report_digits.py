@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from posx.report.plot_operands import operand_figures, operand_grids, parse_grid
+from posx.report.plots.operands import operand_figures, operand_grids, parse_grid
 from posx.report.tables import length_header, tex_length, title
 
 

@@ -11,8 +11,8 @@ from matplotlib.colors import to_hex
 
 from posx.errors import PosxError
 from posx.report import make_report, render, report_figures, report_plots
-from posx.report.plot_style import KNOWN, PALETTE, encoding_colors
-from posx.report.plots import write_plots
+from posx.report.plots.figures import write_plots
+from posx.report.plots.style import KNOWN, PALETTE, encoding_colors
 from tests.unit.report.report_trees import ENCODINGS, LOG_BUCKETS, make_exact_tree, make_tree
 
 

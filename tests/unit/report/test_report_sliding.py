@@ -13,7 +13,7 @@ import pytest
 from posx.report import make_report, render
 from posx.report.data import load_evals
 from posx.report.labels import label_rows
-from posx.report.plots_data import position_values
+from posx.report.plots.data import position_values
 from posx.report.protocols import add_ratio
 from tests.unit.report.report_trees import make_eval_tree
 

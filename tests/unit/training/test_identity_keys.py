@@ -12,7 +12,7 @@ import torch
 
 from posx.config.compose import compose
 from posx.evaluation.sweep import evaluate_run
-from posx.kernels.flex import FLEX_AVAILABLE
+from posx.kernels.flex.attention import FLEX_AVAILABLE
 from posx.model import attention
 from posx.saved import SavedRun
 from posx.training.loop import train

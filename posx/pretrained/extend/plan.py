@@ -15,9 +15,9 @@ import torch
 
 from posx.errors import ConfigError, PosxWarning
 from posx.pretrained import load
-from posx.pretrained.extend_memory import Layout, Shape, describe, estimate, fitting, model_shape
-from posx.pretrained.extend_method import Method, check_family, extended_config, read_method
-from posx.pretrained.extend_settings import Options
+from posx.pretrained.extend.memory import Layout, Shape, describe, estimate, fitting, model_shape
+from posx.pretrained.extend.method import Method, check_family, extended_config, read_method
+from posx.pretrained.extend.settings import Options
 from posx.pretrained.run import model_label, trained_length
 from posx.pretrained.scaling import rope_parameters
 from posx.runs.resources import available_bytes, gib, parse_size

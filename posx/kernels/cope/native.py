@@ -9,7 +9,7 @@ torch's own threads.
 - Evaluation (:func:`cope_native`): each query's nearest keys in the kernel; the keys further
   back, where every position is clamped at the top, go through the flash kernel (one call per
   layer) and the two parts are merged by their log-sum-exps, as on the band route of
-  :mod:`posx.kernels.cope`.
+  :mod:`posx.kernels.cope.attention`.
 - Training (:meth:`NativeLayer.block`): a block of the explicit route's forward, with what its
   hand-written backward keeps (probabilities, gates, positions' integer parts, fractions and
   steps), in the layout that backward reads.
@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from posx.kernels import native
-from posx.kernels.cope_layer import CoPELayer
+from posx.kernels.cope.layer import CoPELayer
 from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 
 SPARE = 64  # zero key columns after the last key: cope_band.c reads whole vectors past it

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from posx.report.plots import Figures, figure, slug
+from posx.report.plots.figures import Figures, figure, slug
 
 COLUMN = "operand_grid"
 PANELS_PER_LINE = 4

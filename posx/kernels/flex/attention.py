@@ -7,9 +7,9 @@ vector indexed by ``h`` compiles to wrong values. So the bias is evaluated eager
 distance, into a ``[h, distances]`` table (with its autograd history), and the ``score_mod``
 indexes that table: exact for an encoding whose bias depends on ``q - k`` alone
 (``encoding.relative_bias``). An encoding whose bias reads more (FIRE: the query's own position)
-gives its own scalar ``score_mod`` (``encoding.score_mod``, see :mod:`posx.kernels.flex_mods`);
+gives its own scalar ``score_mod`` (``encoding.score_mod``, see :mod:`posx.kernels.flex.mods`);
 any other bias keeps the blocked kernel. Encodings that compute attention themselves may hand
-FlexAttention their scores too (``encoding.flex_scores``, :mod:`posx.kernels.flex_tables`).
+FlexAttention their scores too (``encoding.flex_scores``, :mod:`posx.kernels.flex.tables`).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def flex_unsupported_reason(
     evaluates the bias once per distance into a ``[h, distances]`` table and the ``score_mod``
     reads one entry, which is exact only for a bias of ``q - k`` alone (``relative_bias``).
     An encoding that computes attention itself runs there only through its own
-    ``flex_scores`` (:mod:`posx.kernels.flex_tables`).
+    ``flex_scores`` (:mod:`posx.kernels.flex.tables`).
     """
     if not flex_available:
         return "this torch has no FlexAttention (it needs torch >= 2.5)"

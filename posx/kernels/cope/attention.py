@@ -7,7 +7,7 @@ content score ``c_ij = scale q_i.k_j``, the gates ``g_it = sigmoid(c_it)``, the 
 weighted by its gap) and ``L_i = q_i E`` the query's logit at every integer position, read
 linearly between the two around ``p_ij``.
 
-Keys are laid out last to first once per layer (:mod:`posx.kernels.cope_layer`, with the
+Keys are laid out last to first once per layer (:mod:`posx.kernels.cope.layer`, with the
 position tables), so the positions are plain cumulative sums.
 
 Four routes, with the same logits:
@@ -15,10 +15,10 @@ Four routes, with the same logits:
 - explicit (:class:`CoPEAttention`), with gradients, off the CPU or with values of another
   head size than the queries (which the flash kernel does not take): per block the logits,
   softmax and value product; the layer is one autograd node whose backward is written out.
-  Its forward takes the fused C kernel of :mod:`posx.kernels.cope_native` per block where
+  Its forward takes the fused C kernel of :mod:`posx.kernels.cope.native` per block where
   that is built (CPU, float32), keeping the same tensors for the backward.
 - native (CPU, no gradient, float32, where it could be built): the fused C kernel of
-  :mod:`posx.kernels.cope_native`, each query's nearest keys in one pass, the keys further back
+  :mod:`posx.kernels.cope.native`, each query's nearest keys in one pass, the keys further back
   through the flash kernel. The two routes below are its PyTorch fallback.
 - fused (CPU, no gradient): the position term is the float mask of the CPU's flash-attention
   kernel, which takes the content product, softmax and value product in one pass.
@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from posx.kernels.blocked import query_block
-from posx.kernels.cope_layer import (
+from posx.kernels.cope.layer import (
     CoPELayer,
     FutureMasks,
     block_elements,
@@ -48,7 +48,7 @@ from posx.kernels.cope_layer import (
     query_blocks,
     suffix_positions,
 )
-from posx.kernels.cope_native import NativeLayer, cope_native, native_layer
+from posx.kernels.cope.native import NativeLayer, cope_native, native_layer
 from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 from posx.kernels.relative import relative_shift
 

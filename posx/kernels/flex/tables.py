@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from posx.kernels.flex import ScoreMod, causal_flex, position_reader
+from posx.kernels.flex.attention import ScoreMod, causal_flex, position_reader
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 variant gets its own), axes that suit the metric, titles and labels that fit, integer length
 ticks, legends that never cover the data.
 
-Only :mod:`posx.report.plots` draws; this module holds the choices, so they read in one place.
+Only the plot modules draw (:mod:`posx.report.plots.figures` and its siblings); this module holds
+the choices, so they read in one place.
 """
 
 from __future__ import annotations

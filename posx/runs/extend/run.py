@@ -23,8 +23,8 @@ from posx.config.compose import compose
 from posx.config.keys import at_or_below, override_key
 from posx.config.paths import user_config_dirs
 from posx.errors import ConfigError, Interrupted, PosxError, PosxWarning
-from posx.runs.extend_length import PARENT_ONLY, Lengths, launch_lengths
-from posx.runs.extend_methods import (
+from posx.runs.extend.length import PARENT_ONLY, Lengths, launch_lengths
+from posx.runs.extend.methods import (
     GROUP,
     TARGET,
     chosen_methods,

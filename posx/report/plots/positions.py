@@ -2,7 +2,7 @@
 length, a band for how far each bucket's value moves by chance, and under it the scored tokens
 each bucket holds, so a zigzag over a handful of tokens does not read as signal.
 
-What the band is (``plots_data.bucket_stats``) is written under the plot: ± 2 standard errors
+What the band is (``data.bucket_stats``) is written under the plot: ± 2 standard errors
 over seeds, a Wilson interval from one run's token count (token accuracy), or no band where
 ``eval_positions.csv`` records no spread (one run's loss).
 """
@@ -16,7 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from posx.report.plot_style import (
+from posx.report.plots.data import bucket_stats
+from posx.report.plots.figures import HEIGHT, WIDTH, figure, train_lines
+from posx.report.plots.style import (
     CHARS_PER_INCH,
     fit_title,
     fraction_axis,
@@ -25,8 +27,6 @@ from posx.report.plot_style import (
     log2_positions,
     place_legend,
 )
-from posx.report.plots import HEIGHT, WIDTH, figure, train_lines
-from posx.report.plots_data import bucket_stats
 from posx.report.tables import title
 from posx.report.units import metric_label
 
@@ -46,7 +46,7 @@ def longest_buckets(part: pd.DataFrame) -> pd.DataFrame:
 def positions_figure(
     meta: dict[str, Any], part: pd.DataFrame, by: Sequence[str], colors: dict[str, str]
 ) -> Any:
-    """The table's metric per position bucket (``plots_data.position_values``) with its band,
+    """The table's metric per position bucket (``data.position_values``) with its band,
     each row at its longest eval length, over a panel of the scored tokens per bucket.
 
     Causal attention makes position p's loss depend on tokens 0..p only, so a row that stops
@@ -128,7 +128,7 @@ def _labels(ax: Any, counts: Any, meta: dict[str, Any], part: pd.DataFrame, draw
 
 
 def _band_note(stats: dict[str, pd.DataFrame], drawn: str) -> str:
-    """What the bands are, one clause per kind the rows have (``plots_data.bucket_stats``)."""
+    """What the bands are, one clause per kind the rows have (``data.bucket_stats``)."""
     kinds = pd.concat([s[["band", "runs"]] for s in stats.values()])
     parts = []
     seeds = sorted(set(kinds.loc[kinds["band"] == "seeds", "runs"]))

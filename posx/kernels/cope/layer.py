@@ -1,5 +1,6 @@
 """CoPE's per-layer pieces: the interpolation table of position logits, the positions as
-suffix sums of gates, and one layer's inputs laid out for :mod:`posx.kernels.cope`'s routes.
+suffix sums of gates, and one layer's inputs laid out for the routes of
+:mod:`posx.kernels.cope.attention`.
 
 Keys are laid out last to first once per layer (``k.flip(-2)``): the suffix sums over keys that
 give the positions are then plain cumulative sums along the last dim, and nothing is flipped

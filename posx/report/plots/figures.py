@@ -1,6 +1,6 @@
 """Figures (matplotlib, Agg canvas, no display): metric vs eval length, encodings x lengths
-heatmap, training curves (the per-position plot is :mod:`posx.report.plot_positions`). Each row
-keeps one colour in every figure (:mod:`posx.report.plot_style`); a plot that would be empty is
+heatmap, training curves (the per-position plot is :mod:`posx.report.plots.positions`). Each row
+keeps one colour in every figure (:mod:`posx.report.plots.style`); a plot that would be empty is
 left out with its reason.
 
 matplotlib is the optional ``plots`` extra, imported only when a figure is drawn.
@@ -19,7 +19,7 @@ import pandas as pd
 
 from posx.errors import PosxError
 from posx.report.data import lower_is_better
-from posx.report.plot_style import (
+from posx.report.plots.style import (
     RULE,
     fit_label,
     fit_title,

@@ -11,10 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from posx.report.labels import table_keys
-from posx.report.plot_operands import operand_figures
-from posx.report.plot_positions import longest_buckets, positions_figure
-from posx.report.plot_style import row_colors
-from posx.report.plots import (
+from posx.report.plots.figures import (
     Figures,
     heatmap_figure,
     length_figure,
@@ -22,6 +19,9 @@ from posx.report.plots import (
     training_figure,
     training_key,
 )
+from posx.report.plots.operands import operand_figures
+from posx.report.plots.positions import longest_buckets, positions_figure
+from posx.report.plots.style import row_colors
 from posx.report.tables import WideTable, length_unit
 
 

@@ -1,9 +1,9 @@
 """FlexAttention ``score_mod`` s that compute a bias per pair: an MLP of a normalised log distance.
 
 FIRE's bias ``f(psi(|i - j|) / psi(max(i, L)))`` reads the query's own position, so no
-per-distance table can stand for it (:mod:`posx.kernels.flex`), and the blocked kernel built it
-per pair of every block: over 40 s at 32k on an H200, 20x alibi. Written as scalar code it runs
-inside FlexAttention's fused kernel instead, with no ``[s, s]`` tensor:
+per-distance table can stand for it (:mod:`posx.kernels.flex.attention`), and the blocked kernel
+built it per pair of every block: over 40 s at 32k on an H200, 20x alibi. Written as scalar code
+it runs inside FlexAttention's fused kernel instead, with no ``[s, s]`` tensor:
 
 - ``x = log(|c (q - k)| + 1) / norm[q]`` from the positions, ``c`` and a per-query normaliser
   ``norm [(b,) sq]`` computed eagerly (with its autograd history);
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from posx.kernels.flex import ScoreMod, position_reader
+from posx.kernels.flex.attention import ScoreMod, position_reader
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 directory, and ``posx resume`` / ``posx eval`` of that run.
 
 The run lives at ``<root>/pretrained/<label>_<12 hex>/`` (the hex: the base's revision and every
-setting that changes training, :meth:`~posx.pretrained.extend_plan.Plan.identity`). It holds
+setting that changes training, :meth:`~posx.pretrained.extend.plan.Plan.identity`). It holds
 ``model/`` (``save_pretrained``: safetensors, the config with the method's RoPE scaling, the
 tokenizer beside them), ``metrics.csv`` (the loss per step), ``train_state/`` while training
 (the sharded checkpoint ``posx resume`` continues from), and ``run.json``: the base model's id,
@@ -26,11 +26,11 @@ import torch
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.pretrained import load
 from posx.pretrained.evaluate import Settings
-from posx.pretrained.extend_data import held_in_bytes, tokenize_held_in
-from posx.pretrained.extend_engine import build_engine, full_weights, save_model
-from posx.pretrained.extend_plan import Plan, check_fits, make_plan
-from posx.pretrained.extend_settings import Options, check_settings, parse_settings
-from posx.pretrained.extend_train import (
+from posx.pretrained.extend.data import held_in_bytes, tokenize_held_in
+from posx.pretrained.extend.engine import build_engine, full_weights, save_model
+from posx.pretrained.extend.plan import Plan, check_fits, make_plan
+from posx.pretrained.extend.settings import Options, check_settings, parse_settings
+from posx.pretrained.extend.train import (
     STATE_DIR,
     Budget,
     Stopped,

@@ -1,7 +1,7 @@
 """The fine-tuning loop of a pretrained model's extension, and its sharded checkpoints.
 
 A step reads the global batch of ``train.batch_size`` windows
-(:meth:`posx.pretrained.extend_data.TrainingText.batch`); each process takes its rows and runs
+(:meth:`posx.pretrained.extend.data.TrainingText.batch`); each process takes its rows and runs
 them ``train.micro_batch`` at a time, accumulating gradients; the loss is normalised by the
 tokens of the process's rows, and FSDP averages the gradients over processes, so the update is
 the global batch's mean loss, as one process would compute it. AdamW (β 0.9, 0.95, no weight
@@ -32,8 +32,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from posx.errors import PosxError, one_line
-from posx.pretrained.extend_data import TrainingText, positions
-from posx.pretrained.extend_engine import Engine
+from posx.pretrained.extend.data import TrainingText, positions
+from posx.pretrained.extend.engine import Engine
 from posx.runtime.distributed import barrier, mean_over_ranks
 from posx.storage.atomic import atomic_write
 from posx.training.resume import StopOnInterrupt
