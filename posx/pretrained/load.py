@@ -18,11 +18,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from posx.errors import ConfigError, PosxError, one_line
+
+if TYPE_CHECKING:  # torch comes with loading: finding a model (a run's name) needs none of it
+    import torch
 
 HF_MODEL_PREFIX = "hf:"
 EXTRA = "pip install 'posx[transformers]'"
@@ -240,6 +241,8 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     Raises:
         ConfigError: An unknown name.
     """
+    import torch
+
     table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -250,6 +253,8 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``bf16`` (as ``eval.csv``'s ``precision`` column says it)."""
+    import torch
+
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 

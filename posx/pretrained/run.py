@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +21,10 @@ from typing import Any
 
 import torch
 
-from posx.errors import ConfigError
 from posx.pretrained import load
 from posx.pretrained.evaluate import evaluate_text
 from posx.pretrained.memory import check_pretrained_fits, parameter_count
+from posx.pretrained.naming import model_fingerprint, model_label, run_directory, trained_length
 from posx.pretrained.passkey import evaluate_passkey
 from posx.pretrained.request import Request
 from posx.pretrained.scaling import rope_parameters
@@ -36,35 +35,6 @@ from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, wri
 
 log = logging.getLogger(__name__)
 ROW_KEYS = ["task", "eval_length", "mode", "window", "stride", "overrides"]
-RUNS_DIR = "pretrained"
-
-
-def model_label(name: str, given: str | None) -> str:
-    """The row label: ``label=`` or the model's last path part, as a claim can name it (an
-    extension's ``+yarn×4+ft@16384`` kept, as posx's own extensions are named)."""
-    text = given or Path(name.rstrip("/")).name or name
-    text = re.sub(r"[^A-Za-z0-9_.\-+×@]", "-", str(text))
-    return text if text[:1].isalpha() else f"m{text}"
-
-
-def trained_length(config: Any, given: int | None) -> tuple[int, str]:
-    """The model's trained context and where it was read.
-
-    Raises:
-        ConfigError: The config says none and ``train_length=N`` was not given.
-    """
-    if given:
-        return given, "train_length="
-    params = rope_parameters(config) or {}
-    if params.get("original_max_position_embeddings"):
-        return int(params["original_max_position_embeddings"]), "original_max_position_embeddings"
-    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
-        if getattr(config, key, None):
-            return int(getattr(config, key)), key
-    raise ConfigError(
-        f"the config of {config.model_type} names no trained context length; give it as "
-        "train_length=N"
-    )
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
@@ -141,12 +111,6 @@ def load_for_eval(request: Request) -> Loaded:
     return Loaded(model, tokenizer, source, trained, info, device)
 
 
-def run_directory(root: Path, label: str, revision: str) -> Path:
-    """``<root>/pretrained/<label>_<12 hex of the revision>``."""
-    short = re.sub(r"[^0-9a-f]", "", revision.split(":")[-1].lower())[:12] or "local"
-    return root / RUNS_DIR / f"{label}_{short}"
-
-
 def evaluate_pretrained(
     request: Request,
     on_row: Callable[[str, dict[str, Any]], None] | None = None,
@@ -215,11 +179,6 @@ def progress_line(word: str, task: str, row: dict[str, Any]) -> str:
 
 def _warn(text: str) -> None:
     log.warning(f"posx: warning: {text}")
-
-
-def model_fingerprint(revision: str, tokenizer_sha256: str) -> str:
-    """A pretrained model's configuration: its revision and its tokenizer's definition."""
-    return hashlib.sha256(f"{revision}|{tokenizer_sha256}".encode()).hexdigest()[:16]
 
 
 def _run_json(

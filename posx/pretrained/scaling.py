@@ -21,12 +21,12 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from posx.encodings.rope_scaling import ntk_base
 from posx.errors import ConfigError
+
+if TYPE_CHECKING:  # the names and configs here need no torch (a run's name is made before it)
+    import torch
 
 HF_TYPES = {"linear": "linear", "dynamic_ntk": "dynamic", "yarn": "yarn", "llama3": "llama3"}
 VARIANT_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
@@ -100,6 +100,8 @@ def scaled_config(config: Any, variant: Variant, trained: int) -> Any:
     new = copy.deepcopy(config)
     base = dict(params)
     if variant.type == "ntk":
+        from posx.encodings.rope_scaling import ntk_base
+
         # static NTK-aware: a larger base, the model's own rope type otherwise
         base["rope_theta"] = ntk_base(float(base["rope_theta"]), variant.factor, rotary_dim(config))
         new.rope_parameters = base

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -322,6 +324,60 @@ def test_a_length_that_contradicts_the_factor_is_one_warning(cli, models, tmp_pa
     assert len(warned) == 1 and warned[0].startswith("posx: warning: extend.length=64"), warned
     assert "extend.factor=4 says 128: fine-tuning at 64 with the scaling's factor 4" in warned[0]
     assert "target 64" in result.stdout and not (tmp_path / "out").exists()
+
+
+def _posx_to_files(tmp_path: Path, *args: str, torch_blocked: bool = False) -> subprocess.Popen:
+    """``posx ARGS`` in a subprocess whose output goes to files (as under SLURM or ``> log``);
+    with ``torch_blocked``, importing torch fails: what is printed before it needs none."""
+    block = "import sys; sys.modules['torch'] = None; " if torch_blocked else "import sys; "
+    code = block + "from posx.cli import main; sys.argv = ['posx', *sys.argv[1:]]; main()"
+    env = {**os.environ, "POSX_DEBUG": "0", "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], cwd=REPO, env=env,
+        stdout=(tmp_path / "out.txt").open("w"), stderr=(tmp_path / "err.txt").open("w"),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+
+
+def test_the_run_and_what_it_does_are_said_before_torch_is_imported(models, extended, tmp_path):
+    """Issue 57.2: `posx extend hf:` said nothing for ~14 s (torch, transformers), and with
+    output to a file nothing named the run until the end. Torch blocked: the first lines come
+    all the same, so they come before the seconds those imports take."""
+    root = tmp_path / "out"
+    args = extend_args(models, root, "extension=yarn", "extend.factor=2")
+    proc = _posx_to_files(tmp_path, *args, torch_blocked=True)
+    proc.wait(timeout=120)
+    lines = (tmp_path / "out.txt").read_text().splitlines()
+    assert lines[0] == f"run directory: {root / 'pretrained' / extended.name}", lines
+    assert lines[1] == (f"extending {models / 'llama'} with extension=yarn from 32 to 64 tokens, "
+                        "fine-tuning at 64 for 4 steps"), lines  # fmt: skip
+    info = json.loads((extended / "run.json").read_text())
+    (extended / "run.json").write_text(json.dumps({**info, "status": "interrupted", "step": 2}))
+    try:
+        proc = _posx_to_files(tmp_path, "resume", str(extended), torch_blocked=True)
+        proc.wait(timeout=120)
+    finally:
+        (extended / "run.json").write_text(json.dumps(info))
+    lines = (tmp_path / "out.txt").read_text().splitlines()
+    assert lines[:2] == [f"run directory: {extended}", "resuming llama+yarn×2+ft@64: "
+                         f"extension=yarn of {models / 'llama'} at step 2 of 4"], lines  # fmt: skip
+
+
+def test_ctrl_c_while_starting_says_nothing_was_written(models, tmp_path):
+    """Ctrl-C while torch and transformers load: said as training says an interrupt, exit 130,
+    no run directory."""
+    root = tmp_path / "out"
+    started = time.time()
+    proc = _posx_to_files(tmp_path, *extend_args(models, root, "extension=yarn"))
+    while "run directory" not in (tmp_path / "out.txt").read_text() and proc.poll() is None:
+        time.sleep(0.01)
+    first = time.time() - started
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    err = (tmp_path / "err.txt").read_text().splitlines()
+    assert err[-1] == "posx: interrupted before training began; nothing was written", err
+    assert not root.exists()
+    assert first < 5, first  # 0.55 s measured on a loaded 2-core machine; within 1 s idle
 
 
 def test_a_model_directory_named_without_hf_says_hf(cli, models, tmp_path):

@@ -5,7 +5,6 @@ fit is refused in one line with settings that would."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from dataclasses import dataclass
@@ -17,16 +16,12 @@ from posx.errors import ConfigError, PosxWarning
 from posx.pretrained import load
 from posx.pretrained.extend.memory import Layout, Shape, describe, estimate, fitting, model_shape
 from posx.pretrained.extend.method import Method, check_family, extended_config, read_method
+from posx.pretrained.extend.preview import extension_label, fingerprint, identity
 from posx.pretrained.extend.settings import Options
-from posx.pretrained.run import model_label, trained_length
+from posx.pretrained.naming import model_label, trained_length
 from posx.pretrained.scaling import rope_parameters
 from posx.runs.resources import available_bytes, gib, parse_size
 from posx.runtime.distributed import World, pick_device
-
-# settings that do not change what is trained (the run directory's name leaves them out)
-NOT_IDENTITY = ("label", "experiment", "root", "eval.lengths", "eval.tokens", "eval.batch_tokens",
-                "train.checkpoint_every", "train.max_memory", "train.device",
-                "train.world_size")  # fmt: skip
 
 
 @dataclass
@@ -76,18 +71,13 @@ class Plan:
         return sum(self.parts.values())
 
     def identity(self) -> str:
-        """12 hex naming the run: the base's revision and every setting that changes training."""
-        kept = {k: v for k, v in self.values.items() if k not in NOT_IDENTITY}
-        text = json.dumps([self.source.revision, kept], sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        """12 hex naming the run (:func:`~posx.pretrained.extend.preview.identity`)."""
+        return identity(self.source.revision, self.values)
 
     def fingerprint(self) -> str:
-        """16 hex naming the configuration: the identity without the seed, so the seeds of one
-        setting are one configuration in ``posx report`` and ``posx check`` (the written
-        weights differ per seed and are no part of it)."""
-        kept = {k: v for k, v in self.values.items() if k not in (*NOT_IDENTITY, "seed")}
-        text = json.dumps(["extension", self.source.revision, kept], sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """16 hex naming the configuration, the seed left out
+        (:func:`~posx.pretrained.extend.preview.fingerprint`)."""
+        return fingerprint(self.source.revision, self.values)
 
     def lines(self) -> list[str]:
         """The plan for ``--dry-run``, one fact a line."""
@@ -173,19 +163,9 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
                     2 if bf16 else 4,
                     getattr(config, "_attn_implementation", None) == "eager")  # fmt: skip
     parts = estimate(shape, layout)
-    label = _label(model_label(source.name, None), method, factor, window)
+    label = extension_label(model_label(source.name, None), method, factor, window)
     return Plan(word, values, source, trust, method, config, trained, length, window, world,
                 device, bf16, shape, layout, parts, values["label"] or label)  # fmt: skip
-
-
-def _label(base: str, method: Method, factor: float, window: int) -> str:
-    """``BASE+yarn×4+ft@16384``, as posx names its own extensions."""
-    parts = [base]
-    if method.scaling:
-        parts.append(f"{method.scaling}×{factor:g}")
-    if method.pose_chunks:
-        parts.append("pose")
-    return "+".join(parts) + f"+ft@{window}"
 
 
 def check_fits(plan: Plan) -> None:
