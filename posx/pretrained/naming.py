@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from posx.errors import ConfigError
-from posx.pretrained.scaling import rope_parameters
+from posx.pretrained.scaling import describe_scaling, rope_parameters
 
 RUNS_DIR = "pretrained"
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
 
 
 def model_label(name: str, given: str | None) -> str:
@@ -24,7 +25,10 @@ def model_label(name: str, given: str | None) -> str:
 
 
 def trained_length(config: Any, given: int | None) -> tuple[int, str]:
-    """The model's trained context and where it was read.
+    """The model's trained context and where it was read: ``train_length=N``; for a config
+    carrying a RoPE scaling (``linear``, ``yarn``, ``llama3``) the scaled context (original ×
+    factor, or ``max_position_embeddings`` where larger); else ``max_position_embeddings`` (or
+    ``n_positions`` ...); a dynamic scaling's original context.
 
     Raises:
         ConfigError: The config says none and ``train_length=N`` was not given.
@@ -32,11 +36,20 @@ def trained_length(config: Any, given: int | None) -> tuple[int, str]:
     if given:
         return given, "train_length="
     params = rope_parameters(config) or {}
-    if params.get("original_max_position_embeddings"):
-        return int(params["original_max_position_embeddings"]), "original_max_position_embeddings"
-    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
-        if getattr(config, key, None):
-            return int(getattr(config, key)), key
+    found = next(((int(getattr(config, k)), k) for k in CONTEXT_KEYS if getattr(config, k, None)),
+                 None)  # fmt: skip
+    original = params.get("original_max_position_embeddings")
+    kind = params.get("rope_type")
+    if kind not in (None, "default", "dynamic") and params.get("factor"):
+        # a scaled model (a Llama 3.1, posx's own extension) trained at the scaled context:
+        # read it from the scaling, so a chain of extensions never shrinks it
+        scaled = round(float(original) * float(params["factor"])) if original else 0
+        if scaled and (found is None or scaled > found[0]):
+            return scaled, f"rope_parameters ({describe_scaling(params)})"
+    elif original:  # dynamic NTK is applied at eval time; it trained at the original
+        return int(original), "original_max_position_embeddings"
+    if found is not None:
+        return found
     raise ConfigError(
         f"the config of {config.model_type} names no trained context length; give it as "
         "train_length=N"

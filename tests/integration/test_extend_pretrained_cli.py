@@ -171,6 +171,80 @@ def test_seeds_of_one_setting_are_one_configuration_paired_with_the_base(cli, mo
     assert claim["seed_agreement"].endswith(": 1/1"), claim  # one parent, not 2 x 1 seeds
 
 
+def _scaled_copy(models: Path, tmp_path: Path, params: dict, context: int) -> Path:
+    """The tiny Llama with a RoPE scaling in its config (a Llama 3.1 in small)."""
+    scaled = Path(shutil.copytree(models / "llama", tmp_path / f"scaled_{params['rope_type']}"))
+    cfg = json.loads((scaled / "config.json").read_text())
+    cfg["rope_parameters"] = {**cfg["rope_parameters"], **params}
+    cfg["max_position_embeddings"] = context
+    (scaled / "config.json").write_text(json.dumps(cfg))
+    return scaled
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 32,
+          "low_freq_factor": 1.0, "high_freq_factor": 4.0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("base", "args", "said"),
+    [
+        # a base's scaling of another type: refused, naming it (it was replaced: yarn x4 over
+        # 32 with a context of 128, shorter than the base's 256)
+        ("llama3", ["extension=yarn"], "already carries a RoPE scaling (rope_type llama3, factor "
+                                       "8 over 32 tokens); extension=yarn would replace it"),
+        # the same type composes: the factors multiply over the same original context
+        ("llama3", ["extension=llama3"], '"factor": 32.0, "original_max_position_embeddings": 32'),
+        ("llama3", ["extension=llama3"], "trained context 256, target 1024"),
+        ("linear", ["extension=pi", "extend.factor=2"], '"rope_type": "linear", "factor": 8.0'),
+        ("linear", ["extension=pi", "extend.factor=2"], "trained context 128, target 256"),
+        # posx's own extension (yarn x2, fine-tuned at 64) extended again: from 64, not 32
+        ("extended", ["extension=yarn", "extend.factor=2"], "trained context 64, target 128"),
+        ("extended", ["extension=yarn", "extend.factor=2"],
+         '"factor": 4.0, "original_max_position_embeddings": 32'),
+    ],
+)  # fmt: skip
+def test_a_scaled_base_is_composed_with_or_refused(cli, models, extended, tmp_path, base, args,
+                                                   said):  # fmt: skip
+    model = {
+        "llama3": lambda: _scaled_copy(models, tmp_path, LLAMA3, 256),
+        "linear": lambda: _scaled_copy(
+            models, tmp_path, {"rope_type": "linear", "factor": 4.0}, 128
+        ),
+        "extended": lambda: extended / "model",
+    }[base]()
+    result = cli("extend", f"hf:{model}", *args, f"root={tmp_path / 'out'}", "--dry-run")
+    if "would replace" in said:
+        assert_one_line_error(result, 2, said)
+    else:
+        assert result.returncode == 0 and said in result.stdout, result.stdout + result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_variants_on_a_scaled_model_compose_or_are_refused_alike(cli, extended, tmp_path):
+    """On posx's yarn x2 extension (fine-tuned at 64): yarn composes (x4 over 32) and ntk
+    raises theta under yarn; linear, dynamic_ntk and llama3 would replace the saved yarn, and
+    each is an unsupported row saying so (linear and dynamic replaced it while ntk kept it)."""
+    result = cli("eval", f"hf:{extended / 'model'}", "--lengths", "64", "--root",
+                 str(tmp_path), "--no-progress", "eval.tokens=128",
+                 *(f"--variant={v}:2" for v in ("yarn", "ntk", "linear", "dynamic_ntk",
+                                                 "llama3")))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run,) = (tmp_path / "pretrained").iterdir()
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False).set_index("overrides")
+    assert set(rows["train_length"]) == {64}  # as the extension's own rows say
+    yarn = rows.loc["encoding.scaling.factor=2.0 encoding.scaling.type=yarn"]
+    assert yarn["status"] == "ok" and json.loads(yarn["scaling"])["factor"] == 4.0
+    ntk = rows.loc["encoding.scaling.factor=2.0 encoding.scaling.type=ntk"]
+    assert ntk["status"] == "ok" and json.loads(ntk["scaling"])["rope_type"] == "yarn"
+    for kind in ("linear", "dynamic_ntk", "llama3"):
+        row = rows.loc[f"encoding.scaling.factor=2.0 encoding.scaling.type={kind}"]
+        assert row["status"] == "unsupported", kind
+        assert (
+            "already carries a RoPE scaling (rope_type yarn, factor 2 over 32 tokens); "
+            f"--variant {kind}:2 would replace it" in row["reason"]
+        ), row["reason"]
+
+
 def test_pose_on_qwen2_spreads_positions_and_keeps_rope(cli, models, tmp_path):
     done = cli(*extend_args(models, tmp_path, "extension=pose", "extend.factor=2",
                             "extend.steps=2", "eval.lengths=[64]", model="qwen2"))  # fmt: skip

@@ -166,7 +166,10 @@ def extended_config(config: Any, method: Method, factor: float, trained: int, le
     if method.scaling is None:
         new = copy.deepcopy(config)
     else:
-        new = scaled_config(config, Variant(method.scaling, factor), trained)
+        # a base's own scaling is composed with (same type: factors multiply) or the method
+        # refused in one line naming it, never dropped
+        new = scaled_config(config, Variant(method.scaling, factor), trained,
+                            f"extension={method.name}")  # fmt: skip
     if method.at_target and method.scaling != "dynamic_ntk":
         # only a method that trained at the new length saves it as the model's context: PoSE
         # and the control trained at the old one (a reader takes this as the trained context)
