@@ -30,6 +30,7 @@ from posx.pretrained.request import Request
 from posx.pretrained.scaling import rope_parameters
 from posx.pretrained.text import held_out_bytes, tokenize_held_out
 from posx.pretrained.track import recorded_loggers, send_rows
+from posx.report.data import tokenizer_unit
 from posx.runtime.distributed import pick_device
 from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, write_json
 
@@ -217,6 +218,8 @@ def _ident(info: dict[str, Any], loaded: Loaded, values: dict[str, Any]) -> dict
         "train_length": info["train_length"],
         "eval_seed": values["eval.seed"],
         "fingerprint": str(info["fingerprint"]),
+        # lengths count this tokenizer's tokens: a report never puts them beside another's
+        "length_unit": tokenizer_unit(loaded.info["tokenizer"]["sha256"]),
         "device": loaded.device.type,
         "precision": loaded.info["dtype"],
         "model_id": loaded.source.name,
