@@ -8,6 +8,7 @@ The commands live by theme (``runs``: train, resume, runs, eval; ``report``: rep
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 import warnings
@@ -56,6 +57,9 @@ def main() -> None:
         hint = f"; see `{where} --help`"
         _error(" ".join(err.format_message().split()).rstrip(".") + hint)
         sys.exit(2)
+    except BrokenPipeError:  # a reader that stopped early (`posx runs | head`): no failure
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except (KeyboardInterrupt, typer.Abort):
         err_console.print("posx: interrupted", markup=False)
         sys.exit(130)

@@ -16,8 +16,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Length-extrapolation experiments: train at one length, evaluate at many, compare.",
 )
-console = Console()
-err_console = Console(stderr=True)
+
+
+class _Console(Console):
+    """rich's console, but a reader that stops early (``posx report | head``) is no failure:
+    the rest goes nowhere and the command ends with its own exit status (``posx check``'s 1
+    still means a claim failed), where rich exits with 1."""
+
+    def on_broken_pipe(self) -> None:
+        """Sends the rest of the output to the null device and goes on."""
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.file.fileno())
+
+
+console = _Console()
+err_console = _Console(stderr=True)
+
+
+def write_out(text: str) -> None:
+    """``text`` on stdout as it is (tables for scripts, JSON, YAML), flushed; a reader that
+    stopped early (``| head``) is no failure: the rest goes to the null device."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
 
-from posx.cli._app import PASS_THROUGH, app, config_dirs, console
+from posx.cli._app import PASS_THROUGH, app, config_dirs, console, write_out
 from posx.errors import ConfigError
 
 
@@ -100,7 +99,7 @@ def show_config(ctx: typer.Context) -> None:
 
     dirs = config_dirs(ctx)
     cfg = compose(one_config_overrides("show-config", ctx.args, dirs), dirs)
-    sys.stdout.write(OmegaConf.to_yaml(cfg))
+    write_out(OmegaConf.to_yaml(cfg))
 
 
 sweep_app = typer.Typer(help="Inspect sweep directories (posx train -m).", no_args_is_help=True)

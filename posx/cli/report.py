@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from posx.cli._app import app, config_dirs, console, err_console
+from posx.cli._app import app, config_dirs, console, err_console, write_out
 from posx.errors import ConfigError
 
 CHECK_FORMATS = ("rich", "md", "json")
@@ -191,7 +190,7 @@ def _write_text(text: str, output: Path | None) -> None:
     from posx.storage.results import atomic_write
 
     if output is None:
-        sys.stdout.write(text)
+        write_out(text)
         return
     atomic_write(output, text)
     console.print(f"wrote {output}", soft_wrap=True)
@@ -260,11 +259,11 @@ def check(
         raise ConfigError(f"unknown --format {fmt!r}; choose from {', '.join(CHECK_FORMATS)}")
     checked = check_root(root, config_dirs(ctx), experiment, min_seeds, agreement, partial)
     if fmt == "json":
-        sys.stdout.write(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
+        write_out(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
     else:
         section = claims_section(checked.verdicts, checked.notes, min_seeds, agreement)
         if fmt == "md":
-            sys.stdout.write(to_markdown(section))
+            write_out(to_markdown(section))
         else:
             console.print(to_rich(section))
     _claims_exit(checked.verdicts)

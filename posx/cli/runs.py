@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from posx.cli._app import (
     debug_requested,
     err_console,
     terminal_width,
+    write_out,
 )
 from posx.cli.options import TRUST_HELP, check_misspelt_options, parse_lengths, warn
 from posx.errors import ConfigError, PosxError
@@ -74,12 +74,12 @@ def runs_(
         raise ConfigError(f"unknown --format {fmt!r}; choose from table, json")
     found = list_runs(root)
     if fmt == "json":  # an empty list, not a sentence: a script reads it either way
-        sys.stdout.write(runs_json(found) + "\n")
+        write_out(runs_json(found) + "\n")
         return
     if not found:
         console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
         return
-    sys.stdout.write("\n".join(format_runs(found, terminal_width())) + "\n")
+    write_out("\n".join(format_runs(found, terminal_width())) + "\n")
 
 
 @app.command("eval", context_settings=PASS_THROUGH)

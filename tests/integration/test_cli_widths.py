@@ -203,3 +203,34 @@ def test_labels_fold_between_their_parts_and_not_learned_stays_with_its_row(
                for j in range(i + 1, len(p) + 1)}  # fmt: skip
     assert [c for c in cells if c and c not in allowed] == [], out.stdout
     assert "not learned" not in cells and "(not learned)" in out.stdout
+
+
+def _closed_pipe(*args: str) -> tuple[int, str]:
+    """``posx ARGS | head -0``: stdout is a pipe its reader closed before posx wrote a line."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "POSX_DEBUG": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "posx", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc.stdout.close()  # posx takes ~0.3 s to start: every write it makes meets EPIPE
+    err = proc.stderr.read()
+    return proc.wait(timeout=120), err
+
+
+def test_a_reader_that_stops_early_is_no_failure(tree, claims_tree):
+    """Issue 57.7: `posx report | head` exited 1 (rich's answer to EPIPE), and `posx check |
+    head` 1 too, which for check means a claim failed. The report: 0; check: its verdict."""
+    code, err = _closed_pipe("report", "--root", str(tree))
+    assert code == 0 and "Traceback" not in err, err
+    code, err = _closed_pipe("runs", "--root", str(tree))
+    assert code == 0 and "Traceback" not in err, err
+    conf, results = claims_tree
+    code, err = _closed_pipe("--config-dir", str(conf), "check", str(results))
+    assert code == 1 and "Traceback" not in err, err  # one claim fails, as without the pipe
+    code, err = _closed_pipe("--config-dir", str(conf), "check", str(results), "--experiment",
+                             "demo_claims", "--min-seeds", "9")  # fmt: skip
+    assert code == 3, err  # inconclusive: the verdict's status, not the pipe's
