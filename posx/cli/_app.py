@@ -5,10 +5,28 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import click
 import typer
+import typer.core
 from rich.console import Console
+
+
+def _flag_without_type(display: Callable[..., str | None]) -> Callable[..., str | None]:
+    """Typer's help shows a type beside every option, ``--debug <bool>`` for a flag too, which
+    reads as if the flag took a value (``--debug true``): a flag shows none."""
+
+    def shown(self: typer.core.TyperOption, ctx: click.Context) -> str | None:
+        return None if self.is_flag else display(self, ctx)
+
+    return shown
+
+
+typer.core.TyperOption.display_type_rich = _flag_without_type(  # type: ignore[method-assign]
+    typer.core.TyperOption.display_type_rich
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -74,6 +92,7 @@ def _root(
     config_dir: list[Path] = typer.Option(
         None,
         "--config-dir",
+        metavar="DIR",
         help="A directory of your own encoding/, task/, model/, experiment/ ... yamls, added "
         "beside the built-in ones (repeatable; also POSX_CONFIG_PATH=DIR1:DIR2).",
     ),
