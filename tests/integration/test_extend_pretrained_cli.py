@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -472,6 +473,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(cli, models, tmp_path):
     assert '"rope_type": "yarn", "factor": 4.0' in out and "target 128" in out
     assert "8 on cuda (FSDP2, sharded)" in out and "bf16 mixed" in out and "fits       yes" in out
     assert not (tmp_path / "out").exists()
+    # issue 57.7: where the run would go, and a tiny model's size as people write it
+    assert out.startswith(f"output     {tmp_path / 'out' / 'pretrained' / 'bare+yarnx4+ft128_'}")
+    assert re.search(r"\(llama, \d+\.\dK parameters", out) and "0.00B" not in out, out
 
 
 @pytest.mark.slow

@@ -85,7 +85,7 @@ class Plan:
         accum = v["train.batch_size"] // (w * v["train.micro_batch"])
         return [
             f"model      {self.source.name} ({self.config.model_type}, "
-            f"{self.shape.params / 1e9:.2f}B parameters, revision {self.source.revision[:16]})",
+            f"{parameters(self.shape.params)} parameters, revision {self.source.revision[:16]})",
             f"method     extension={self.method.name}: rope_parameters "
             f"{json.dumps(rope_parameters(self.config))}",
             f"lengths    trained context {self.trained}, target {self.length}, fine-tuned at "
@@ -99,6 +99,15 @@ class Plan:
             f"{'on' if v['train.checkpointing'] else 'off'}",
             f"memory     per process: {describe(self.parts)}",
         ]
+
+
+def parameters(count: int) -> str:
+    """A parameter count as people write it: ``6.74B``, ``1.2M``, ``35.1K`` (a tiny model's
+    count read ``0.00B``)."""
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= size:
+            return f"{count / size:.{2 if suffix == 'B' else 1}f}{suffix}"
+    return str(count)
 
 
 def _device(values: dict[str, Any], world: World, dry_run: bool) -> torch.device:
