@@ -229,6 +229,33 @@ def test_a_length_that_contradicts_the_factor_is_one_warning(cli, base):
     assert "extend.factor=4 says 64" in warned[0]
 
 
+def test_a_sweep_of_extensions_says_what_the_user_chose_and_compares_with_the_parent(
+    cli, base, tmp_path
+):
+    """Issue 57.7: `extend -m` printed each job's line with posx's own keys
+    (extend.parent_sha256=...), and suggested `posx report --root SWEEP`, which leaves out
+    the parent the extensions are compared with."""
+    root = tmp_path / "results"
+    parent = Path(shutil.copytree(base, root / "runs" / base.name))
+    result = cli(
+        "extend",
+        "-m",
+        str(parent),
+        "extension=pi,yarn",
+        *FT,
+        "eval.lengths=[16,64]",
+        f"root={root}",
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout + result.stderr
+    jobs = [line for line in out.splitlines() if "#0 : " in line or "#1 : " in line]
+    assert len(jobs) == 2 and all("extension=" in line for line in jobs), out
+    for key in ("extend.parent_sha256", "extend.parent_fingerprint", "extend.base_factor",
+                "invocation="):  # fmt: skip
+        assert key not in out, key
+    assert f"posx report --root {root}    # compare the sweep's runs with their parent" in out
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
