@@ -269,7 +269,7 @@ def test_the_control_saves_the_context_it_trained_at(cli, models, tmp_path):
 
 
 def test_an_interrupted_extension_resumes_to_the_same_weights(cli, models, extended, tmp_path,
-                                                              monkeypatch):  # fmt: skip
+                                                              monkeypatch, recwarn):  # fmt: skip
     import posx.pretrained.extend.train as loop
 
     class StopAfterThree(loop.StopOnInterrupt):
@@ -297,6 +297,8 @@ def test_an_interrupted_extension_resumes_to_the_same_weights(cli, models, exten
         f"posx: interrupted at step 3; checkpoint saved; run: posx resume {run}"
     )
     assert "Warning" not in stopped.stderr, stopped.stderr
+    noise = [w for w in recwarn if "torch.distributed is disabled" in str(w.message)]
+    assert noise == [], noise  # DCP's one-process warning: printed twice per run before
     assert run.name == extended.name  # the same settings name the same run
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
     assert [p.name for p in (run / "train_state").iterdir()] == ["step_00000003"]
