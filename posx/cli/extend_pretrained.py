@@ -45,7 +45,8 @@ def extend_hf(word: str, words: list[str], options: Options) -> None:
     values = parse_settings(words)
     early = preview(word, values, options)
     if _main_process():  # on stdout, as the plan: stderr keeps one line for a refusal
-        _print(f"output     {early.run}" if options.dry_run else f"run directory: {early.run}")
+        if early.run is not None:
+            _print(f"output     {early.run}" if options.dry_run else f"run directory: {early.run}")
         _print(f"doing      {early.doing}" if options.dry_run else early.doing)
     try:
         from posx.pretrained.extend.plan import check_fits, make_plan
@@ -56,7 +57,7 @@ def extend_hf(word: str, words: list[str], options: Options) -> None:
     except KeyboardInterrupt:
         raise Interrupted("interrupted before training began; nothing was written") from None
     if run_directory(plan) != early.run and plan.world.is_main:  # the config read otherwise
-        _print(f"run directory: {run_directory(plan)}")
+        _print(f"{'output     ' if options.dry_run else 'run directory: '}{run_directory(plan)}")
     if options.dry_run:
         if plan.world.is_main:
             for line in plan.lines():

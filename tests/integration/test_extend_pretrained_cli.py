@@ -457,6 +457,21 @@ def test_ctrl_c_while_starting_says_nothing_was_written(models, tmp_path):
     assert first < 5, first  # 0.55 s measured on a loaded 2-core machine; within 1 s idle
 
 
+def test_a_config_without_a_context_is_named_by_the_plan(cli, models, tmp_path):
+    """config.json without max_position_embeddings (transformers fills in its default): the
+    first lines cannot name the run, the plan does, and nothing is refused for it."""
+    bare = Path(shutil.copytree(models / "llama", tmp_path / "nomax"))
+    cfg = json.loads((bare / "config.json").read_text())
+    cfg.pop("max_position_embeddings")
+    (bare / "config.json").write_text(json.dumps(cfg))
+    result = cli("extend", f"hf:{bare}", "extension=yarn", f"root={tmp_path / 'out'}",
+                 "--dry-run")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"doing      extending {bare} with extension=yarn", lines
+    assert lines[1].startswith(f"output     {tmp_path / 'out' / 'pretrained' / 'nomax+yarnx4'}")
+
+
 def test_a_model_directory_named_without_hf_says_hf(cli, models, tmp_path):
     result = cli("extend", str(models / "llama"), "extension=yarn", f"root={tmp_path}")
     assert_one_line_error(result, 2, f"{models / 'llama'} is a Hugging Face model directory "

@@ -72,11 +72,12 @@ class Preview:
     """Where an extension will write and what it will do, before anything heavy is loaded.
 
     Attributes:
-        run: The run directory.
+        run: The run directory; None where ``config.json`` names no context (the plan then
+            names it, from the config as transformers fills it in).
         doing: One line: the method, the base, the lengths.
     """
 
-    run: Path
+    run: Path | None
     doing: str
 
 
@@ -85,12 +86,15 @@ def preview(word: str, values: dict[str, Any], options: Options) -> Preview:
     (found as the plan finds them; a directory's revision hashes its files) and the settings.
 
     Raises:
-        ConfigError: The model or the method cannot be found, or names no context.
+        ConfigError: The model or the method cannot be found.
     """
     method = read_method(str(values["extension"]), options.config_dirs)
     source = load.find_model(word, options.revision, options.allow_download,
                              weights=not options.dry_run)  # fmt: skip
-    trained, _ = trained_length(config_view(source.config), None)
+    try:
+        trained, _ = trained_length(config_view(source.config), None)
+    except ConfigError:  # a context transformers' defaults fill in: the plan names the run
+        return Preview(None, f"extending {source.name} with extension={method.name}")
     factor = float(values["extend.factor"])
     length = int(values["extend.length"] or round(factor * trained))
     window = length if method.at_target else trained
