@@ -1,13 +1,14 @@
 """``posx extend hf:NAME_OR_DIR``, and ``posx resume`` / ``posx eval`` of the run it writes: the
-pretrained-model branch of those commands (the work is posx/pretrained/extend_*.py)."""
+pretrained-model branch of those commands (the work is posx/pretrained/extend/)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from posx.cli._app import console, err_console
-from posx.errors import ConfigError
+from posx.errors import ConfigError, Interrupted
 from posx.pretrained.extend.settings import Options
 
 if TYPE_CHECKING:
@@ -22,15 +23,41 @@ def _print(text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def _main_process() -> bool:
+    """Rank 0 under torchrun (or the one process), read from the environment: what says where
+    the run goes speaks before torch is imported."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def extend_hf(word: str, words: list[str], options: Options) -> None:
-    """``posx extend hf:... key=value ... [--dry-run]``: plan, fine-tune, save, evaluate."""
-    from posx.pretrained.extend.plan import check_fits
-    from posx.pretrained.extend.run import extend_pretrained, plan_extension
+    """``posx extend hf:... key=value ... [--dry-run]``: plan, fine-tune, save, evaluate.
+
+    The run directory and what is done are said first, from the settings and the model's
+    ``config.json`` alone (a typo is answered, and the run named, before torch and
+    transformers are imported: those take seconds).
+    """
+    from posx.pretrained.extend.preview import preview
+    from posx.pretrained.extend.settings import parse_settings
 
     other = [w for w in words if "=" not in w]
     if other:
         raise ConfigError(f"posx extend hf:... takes key=value settings; got {other[0]}")
-    plan = plan_extension(word, words, options)
+    values = parse_settings(words)
+    early = preview(word, values, options)
+    if _main_process():  # on stdout, as the plan: stderr keeps one line for a refusal
+        if early.run is not None:
+            _print(f"output     {early.run}" if options.dry_run else f"run directory: {early.run}")
+        _print(f"doing      {early.doing}" if options.dry_run else early.doing)
+    try:
+        from posx.pretrained.extend.plan import check_fits, make_plan
+        from posx.pretrained.extend.run import extend_pretrained, run_directory
+        from posx.runtime.distributed import init_process_group
+
+        plan = make_plan(word, values, options, init_process_group())
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted before training began; nothing was written") from None
+    if run_directory(plan) != early.run and plan.world.is_main:  # the config read otherwise
+        _print(f"{'output     ' if options.dry_run else 'run directory: '}{run_directory(plan)}")
     if options.dry_run:
         if plan.world.is_main:
             for line in plan.lines():
@@ -93,9 +120,20 @@ def extension_info(run: Path | SavedRun) -> dict[str, Any] | None:
 
 def resume_hf(run: Path, info: dict[str, Any], dirs: list[Path]) -> None:
     """``posx resume RUN`` of a pretrained model's extension (``dirs``: the user's config dirs,
-    where its method may be)."""
-    from posx.pretrained.extend.run import resume_pretrained
+    where its method may be); the run and what it does are said before torch is imported."""
+    from posx.pretrained.extend.preview import resumable
 
+    resumable(run, info)  # a finished or damaged run: one line, before anything is said
+    if _main_process():
+        ext, parent = info.get("extension") or {}, info.get("parent") or {}
+        _print(f"run directory: {run}")
+        _print(f"resuming {info.get('encoding')}: extension={ext.get('method')} of "
+             f"{parent.get('model_id')} at step {info.get('step', 0)} of "
+             f"{ext.get('steps')}")  # fmt: skip
+    try:
+        from posx.pretrained.extend.run import resume_pretrained
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted before training went on; run: posx resume {run}") from None
     resume_pretrained(run, info, Options(config_dirs=dirs), _say)
     _evaluate(run, None)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from posx.cli._app import app, config_dirs, console, err_console
+from posx.cli._app import app, config_dirs, console, err_console, write_out
 from posx.errors import ConfigError
 
 CHECK_FORMATS = ("rich", "md", "json")
@@ -39,7 +38,9 @@ def report(
         "exact_match, or any other numeric eval.csv column (e.g. peak_mem_mb).",
     ),
     task: list[str] = typer.Option(None, "--task", "-t", help=TASK_HELP),
-    encoding: list[str] = typer.Option(None, "--encoding", "-e", help="Only these encodings."),
+    encoding: list[str] = typer.Option(
+        None, "--encoding", "-e", help="Only these encodings (x for ×: rope+yarnx4)."
+    ),
     mode: list[str] = typer.Option(None, "--mode", help="Only these eval modes (full, sliding)."),
     variant: list[str] = typer.Option(
         None,
@@ -205,7 +206,7 @@ def _write_text(text: str, output: Path | None) -> None:
     from posx.storage.results import atomic_write
 
     if output is None:
-        sys.stdout.write(text)
+        write_out(text)
         return
     atomic_write(output, text)
     console.print(f"wrote {output}", soft_wrap=True)
@@ -292,11 +293,11 @@ def check(
         where=where, tuning=tuning_seeds,
     )  # fmt: skip
     if fmt == "json":
-        sys.stdout.write(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
+        write_out(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
     else:
         section = claims_section(checked.verdicts, checked.notes, min_seeds, agreement)
         if fmt == "md":
-            sys.stdout.write(to_markdown(section))
+            write_out(to_markdown(section))
         else:
             console.print(to_rich(section))
     _claims_exit(checked.verdicts)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,8 +15,9 @@ from posx.cli._app import (
     debug_requested,
     err_console,
     terminal_width,
+    write_out,
 )
-from posx.cli.options import TRUST_HELP, parse_lengths, warn
+from posx.cli.options import TRUST_HELP, check_misspelt_options, parse_lengths, warn
 from posx.errors import ConfigError, PosxError
 
 if TYPE_CHECKING:  # the commands import what they run only when they run
@@ -74,12 +74,12 @@ def runs_(
         raise ConfigError(f"unknown --format {fmt!r}; choose from table, json")
     found = list_runs(root)
     if fmt == "json":  # an empty list, not a sentence: a script reads it either way
-        sys.stdout.write(runs_json(found) + "\n")
+        write_out(runs_json(found) + "\n")
         return
     if not found:
         console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
         return
-    sys.stdout.write("\n".join(format_runs(found, terminal_width())) + "\n")
+    write_out("\n".join(format_runs(found, terminal_width())) + "\n")
 
 
 @app.command("eval", context_settings=PASS_THROUGH)
@@ -164,6 +164,7 @@ def eval_(
     from posx.cli.extend_pretrained import extend_hf_runs
     from posx.cli.pretrained import HfOptions, eval_pretrained, sweep_pretrained
 
+    check_misspelt_options(ctx)
     hf_options = (variant, passkey, trust_remote_code, allow_download, revision, device_map,
                   suite)  # fmt: skip
     hf = HfOptions(variant, passkey, trust_remote_code, allow_download, revision, dtype,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,46 +26,19 @@ from posx.evaluation.memory import heap_frozen
 from posx.pretrained import load
 from posx.pretrained.evaluate import evaluate_text
 from posx.pretrained.memory import check_pretrained_fits, parameter_count
+from posx.pretrained.naming import model_fingerprint, model_label, run_directory, trained_length
 from posx.pretrained.passkey import evaluate_passkey
 from posx.pretrained.request import Request
 from posx.pretrained.ruler.run import GENERATION_KEYS, GENERATIONS, prepare_ruler, run_ruler
 from posx.pretrained.scaling import rope_parameters
 from posx.pretrained.text import held_out_bytes, tokenize_held_out
 from posx.pretrained.track import recorded_loggers, send_rows
+from posx.report.data import tokenizer_unit
 from posx.runtime.distributed import World, init_process_group, pick_device, world
 from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, write_json
 
 log = logging.getLogger(__name__)
 ROW_KEYS = ["task", "eval_length", "mode", "window", "stride", "overrides"]
-RUNS_DIR = "pretrained"
-
-
-def model_label(name: str, given: str | None) -> str:
-    """The row label: ``label=`` or the model's last path part, as a claim can name it (an
-    extension's ``+yarn×4+ft@16384`` kept, as posx's own extensions are named)."""
-    text = given or Path(name.rstrip("/")).name or name
-    text = re.sub(r"[^A-Za-z0-9_.\-+×@]", "-", str(text))
-    return text if text[:1].isalpha() else f"m{text}"
-
-
-def trained_length(config: Any, given: int | None) -> tuple[int, str]:
-    """The model's trained context and where it was read.
-
-    Raises:
-        ConfigError: The config says none and ``train_length=N`` was not given.
-    """
-    if given:
-        return given, "train_length="
-    params = rope_parameters(config) or {}
-    if params.get("original_max_position_embeddings"):
-        return int(params["original_max_position_embeddings"]), "original_max_position_embeddings"
-    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
-        if getattr(config, key, None):
-            return int(getattr(config, key)), key
-    raise ConfigError(
-        f"the config of {config.model_type} names no trained context length; give it as "
-        "train_length=N"
-    )
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
@@ -158,12 +130,6 @@ def processes(request: Request) -> World:
             "--suite ruler alone, and evaluate text or --passkey in one process"
         )
     return init_process_group()
-
-
-def run_directory(root: Path, label: str, revision: str) -> Path:
-    """``<root>/pretrained/<label>_<12 hex of the revision>``."""
-    short = re.sub(r"[^0-9a-f]", "", revision.split(":")[-1].lower())[:12] or "local"
-    return root / RUNS_DIR / f"{label}_{short}"
 
 
 def evaluate_pretrained(
@@ -274,6 +240,10 @@ def _run_json(
         "task": "text",
         "model": "pretrained",
         "seed": 0,
+        # what an extension's `parent` names, so base and extension pair (posx.claims.lineage)
+        "fingerprint": model_fingerprint(
+            loaded.source.revision, loaded.info["tokenizer"]["sha256"]
+        ),
         "train_length": loaded.trained,
         "pretrained": loaded.info,
         "corpus": corpus,
@@ -284,18 +254,19 @@ def _run_json(
 
 
 def _ident(info: dict[str, Any], loaded: Loaded, values: dict[str, Any]) -> dict[str, Any]:
-    fingerprint = hashlib.sha256(
-        f"{loaded.source.revision}|{loaded.info['tokenizer']['sha256']}".encode()
-    ).hexdigest()[:16]
+    """The columns every row of the run shares; the seed and fingerprint are ``run.json``'s
+    (an extension records its own: its seed, and its settings with its base's identity)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "run": info["run"],
         "encoding": info["encoding"],
         "model": info["model"],
-        "seed": 0,
+        "seed": int(info.get("seed") or 0),
         "train_length": info["train_length"],
         "eval_seed": values["eval.seed"],
-        "fingerprint": fingerprint,
+        "fingerprint": str(info["fingerprint"]),
+        # lengths count this tokenizer's tokens: a report never puts them beside another's
+        "length_unit": tokenizer_unit(loaded.info["tokenizer"]["sha256"]),
         "device": loaded.device.type,
         "precision": loaded.info["dtype"],
         "model_id": loaded.source.name,

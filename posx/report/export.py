@@ -22,6 +22,7 @@ from posx.report.tables import (
     length_header,
     length_unit,
     row_label,
+    sequence_unit,
     tex_length,
     title,
 )
@@ -50,12 +51,13 @@ def legend(tables: list[WideTable]) -> str:
     learned`` where a row is marked so."""
     units = {length_unit(t.meta) for t in tables}
     parts = [LEGEND_CELLS]
-    sequence = [u for u in SEQUENCE_UNITS if u in units] or ([] if units else ["tokens"])
+    counted = {sequence_unit(u) for u in units}
+    sequence = [u for u in SEQUENCE_UNITS if u in counted] or ([] if units else ["tokens"])
     if sequence:  # L=64 counts tokens or bytes: each table's title says which
         which = " (as its table's title says)" if len(sequence) > 1 else ""
         parts.append(f"L = eval length in {' or '.join(sequence)}{which}")
     parts += [LEGEND_DIGITS] if "digits" in units else []
-    other = sorted(units - {*SEQUENCE_UNITS, "digits"})
+    other = sorted(u for u in units if not sequence_unit(u) and u != "digits")
     parts += [f"a column named N {u}: eval length in {u}" for u in other]
     parts.append(LEGEND_RATIO)
     if any(t.not_learned for t in tables):
@@ -125,8 +127,8 @@ def _rich_table(t: WideTable, digits: int, ratio: bool) -> FittedTable:
     for row in t.rows:
         label = Text(row)
         mark = learned_mark(t, row)
-        if mark:  # on its own line
-            label.append(f"\n{mark}", style="italic")
+        if mark:  # in parentheses after it: on a line alone it read as a row
+            label.append(f" ({mark})", style="italic")
         labels.append(label)
     values = [
         Column(length_header(t.meta, length),

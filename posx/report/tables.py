@@ -127,17 +127,24 @@ def length_unit(meta: dict[str, Any]) -> str:
     return str(meta.get("length_unit") or "tokens")
 
 
+def sequence_unit(unit: str) -> str | None:
+    """``tokens`` or ``bytes`` where lengths in ``unit`` are sequence positions (a pretrained
+    model's ``tokens (tokenizer ...)`` too), else None (``digits``)."""
+    head = unit.split(" ", 1)[0]
+    return head if head in SEQUENCE_UNITS else None
+
+
 def length_header(meta: dict[str, Any], length: int) -> str:
     """A length column's header: ``L=64`` for tokens and bytes (the title names which),
     ``5 digits`` for digits."""
     unit = length_unit(meta)
-    return f"L={length}" if unit in SEQUENCE_UNITS else f"{length} {unit}"
+    return f"L={length}" if sequence_unit(unit) else f"{length} {unit}"
 
 
 def tex_length(meta: dict[str, Any], length: int) -> str:
     """:func:`length_header` for LaTeX: ``$L=64$``, ``5 digits``."""
     header = length_header(meta, length)
-    return f"${header}$" if length_unit(meta) in SEQUENCE_UNITS else header
+    return f"${header}$" if sequence_unit(length_unit(meta)) else header
 
 
 def _best(out: pd.DataFrame, by: Sequence[str]) -> pd.Series:
