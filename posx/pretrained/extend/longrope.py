@@ -34,7 +34,13 @@ from posx.encodings.rope_scaling import longrope_attention_scale
 from posx.errors import ConfigError
 from posx.evaluation.longrope_search import Search, SearchSettings, start_factors
 from posx.pretrained import load
-from posx.pretrained.scaling import rope_parameters, rotary_dim, rotary_modules
+from posx.pretrained.scaling import (
+    describe_scaling,
+    rope_parameters,
+    rotary_dim,
+    rotary_modules,
+    saved_scaling,
+)
 from posx.runtime.distributed import World, broadcast_from_main
 
 STATE_FILE = "longrope_search.json"
@@ -80,6 +86,13 @@ def longrope_config(config: Any, factors: Sequence[float] | None, trained: int, 
     params = rope_parameters(config)
     if params is None:
         raise ConfigError(f"{config.model_type} has no rotary positions for LongRoPE")
+    saved = saved_scaling(config)
+    if saved is not None:  # LongRoPE's factors count from plain RoPE: never drop a scaling
+        raise ConfigError(
+            f"{config.model_type} already carries a RoPE scaling ({describe_scaling(saved)}); "
+            "extension=longrope would replace it, not compose with it: extend it with the "
+            "scaling's own type, or LongRoPE a model without one"
+        )
     if factors is None:
         factors = starts_of(config, trained, length)["yarn"]
     new = copy.deepcopy(config)

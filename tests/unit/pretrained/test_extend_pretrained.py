@@ -123,3 +123,16 @@ def test_the_estimate_shards_states_and_checkpointing_saves_activations():
     better = fitting(shape, one, room)  # the fewest processes that fit, checkpointing on
     assert better is not None and better[0].startswith("4 processes") and better[1] <= room
     assert sum(estimate(shape, Layout(16384, 1, 2, True, 2, False)).values()) > room
+
+
+def test_longrope_on_a_model_that_carries_a_scaling_is_refused(tiny_dir):
+    import transformers
+
+    from posx.pretrained.extend.method import extended_config, read_method
+
+    base = transformers.AutoConfig.from_pretrained(tiny_dir / "llama")
+    longrope = extended_config(base, read_method("longrope"), 2.0, 32, 64)
+    assert longrope.rope_parameters["rope_type"] == "longrope"
+    yarn = extended_config(base, read_method("yarn"), 2.0, 32, 64)
+    with pytest.raises(ConfigError, match="already carries a RoPE scaling .*extension=longrope"):
+        extended_config(yarn, read_method("longrope"), 2.0, 64, 128)
