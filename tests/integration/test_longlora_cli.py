@@ -76,7 +76,7 @@ def test_without_peft_it_is_one_line(cli, models, tmp_path, monkeypatch):  # noq
 
 def test_a_length_s2_attn_cannot_group_is_one_line(cli, models, tmp_path):  # noqa: F811
     root = tmp_path / "out"
-    result = cli(*extend_args(models, root, "extension=longlora", "extend.length=50"))
+    result = cli(*extend_args(models, root, "extension=longlora", "extend.factor=1.5625"))
     assert_one_line_error(result, 2, "S²-Attn groups 50 tokens by 12")
     assert not root.exists()
 
