@@ -30,8 +30,7 @@ import yaml
 
 from posx.config.paths import options
 from posx.errors import ConfigError, one_line
-from posx.pretrained.extend.longlora import LoraSpec
-from posx.pretrained.extend.longrope import longrope_config
+from posx.pretrained.extend.lora_spec import LoraSpec
 from posx.pretrained.scaling import HF_TYPES, Variant, rope_parameters, scaled_config
 
 GROUP = "extension"
@@ -172,6 +171,8 @@ def extended_config(config: Any, method: Method, factor: float, trained: int, le
     if method.scaling is None:
         new = copy.deepcopy(config)
     elif method.scaling == "longrope":  # YaRN's factors until the search replaces them
+        from posx.pretrained.extend.longrope import longrope_config  # torch's, as the model's
+
         new = longrope_config(config, None, trained, length)
     else:
         # a base's own scaling is composed with (same type: factors multiply) or the method

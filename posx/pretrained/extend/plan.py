@@ -14,12 +14,8 @@ import torch
 
 from posx.errors import ConfigError, PosxWarning
 from posx.pretrained import load
-from posx.pretrained.extend.longlora import (
-    LoraSpec,
-    check_length,
-    check_targets,
-    trainable_count,
-)
+from posx.pretrained.extend.longlora import check_length, check_targets, trainable_count
+from posx.pretrained.extend.lora_spec import LoraSpec
 from posx.pretrained.extend.memory import Layout, Shape, describe, estimate, fitting, model_shape
 from posx.pretrained.extend.method import Method, check_family, extended_config, read_method
 from posx.pretrained.extend.preview import extension_label, fingerprint, identity
