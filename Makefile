@@ -13,7 +13,7 @@ STAMP       := $(VENV)/.posx-installed
 
 .DEFAULT_GOAL := help
 .PHONY: help install shakespeare demo test test-slow test-gpu lint format clean bench bench-eval \
-	bench-gpu bench-extend-gpu gpu-deps
+	bench-gpu bench-extend-gpu gpu-deps gpu-evidence
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ bench-gpu: $(STAMP) ## GPT-2-small shape on one GPU, every encoding vs plain SDP
 
 bench-extend-gpu: $(STAMP) ## posx extend hf: on Qwen2-0.5B/Llama-3.2-1B shapes at 8k, 16k: tok/s, peak vs estimate (CUDA; tiny on a CPU)
 	$(BIN)/python scripts/bench_extend_gpu.py $(BENCH_ARGS)
+
+gpu-evidence: ## On a GPU machine: CUDA tests, bench-gpu, bench-extend-gpu in ~9 min, each table written as it finishes
+	bash scripts/gpu_evidence.sh
 
 # The GPU machines' image has torch, transformers, pandas, typer, rich; posx also imports these
 # pure-Python packages, copied from the venv so a machine without network can be given them

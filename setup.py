@@ -23,5 +23,9 @@ setup(
     packages=[*find_packages(include=["posx", "posx.*"]), *CONFIGS],
     package_dir={"posx.configs": "configs"},
     # the C kernels are built from source on first use (posx/kernels/native/__init__.py)
-    package_data={**{name: ["*.yaml"] for name in CONFIGS}, "posx.kernels.native": ["*.c"]},
+    package_data={
+        **{name: ["*.yaml"] for name in CONFIGS},
+        "posx.kernels.native": ["*.c"],
+        "posx.ruler": ["words/*.txt"],  # the word lists of RULER's tasks
+    },
 )

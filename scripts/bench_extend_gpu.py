@@ -307,6 +307,7 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
                     pace.record("run", work, result["process_s"])
             rows.append(row_of(name, params, length, result, args))
             print(json.dumps(rows[-1]), flush=True)
+            write(rows, args)  # after every row: a run stopped from outside keeps what finished
         shutil.rmtree(directory, ignore_errors=True)
     return rows
 
@@ -315,11 +316,14 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     import torch
     import transformers
 
+    from posx.storage.atomic import atomic_write
+
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "bench_extend.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(args.out / "bench_extend.csv", text.getvalue())
     device = next((r["device"] for r in rows if r.get("device")), args.device)
     if device == "cpu":
         device = f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
@@ -327,7 +331,7 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
               f"{transformers.__version__}; {time.strftime('%Y-%m-%d %H:%M')}; "
               f"{args.steps} steps of one window, YaRN from {args.trained}, "
               "train.checkpointing=true")  # fmt: skip
-    (args.out / "bench_extend.md").write_text(markdown(rows, header))
+    atomic_write(args.out / "bench_extend.md", markdown(rows, header))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

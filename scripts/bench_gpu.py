@@ -556,8 +556,11 @@ def parse_args(all_encodings: list[str]) -> argparse.Namespace | str:
         return f"unknown encoding {', '.join(unknown) or '(none given)'}; choose from " + ", ".join(
             all_encodings
         )
+    # FIRST first, then the order given (alphabetical for all): a limited run spends itself on
+    # the rows its caller put first
+    given = {e: i for i, e in enumerate(args.encodings)}
     args.encodings = sorted(args.encodings, key=lambda e: (e not in FIRST, FIRST.index(e)
-                            if e in FIRST else 0, e))  # fmt: skip
+                            if e in FIRST else given[e]))  # fmt: skip
     args.shapes = [s for s in args.shapes.split(",") if s]
     if not args.shapes or not set(args.shapes) <= {"gpt2", "small"}:
         return f"--shapes takes gpt2, small or gpt2,small, got {','.join(args.shapes) or '(none)'}"
@@ -577,7 +580,6 @@ def parse_args(all_encodings: list[str]) -> argparse.Namespace | str:
 
 def main() -> int:
     from posx.config.compose import CONFIG_DIR
-    from posx.storage.results import write_csv
 
     args = parse_args(row_names(CONFIG_DIR))
     if isinstance(args, str):
@@ -593,6 +595,7 @@ def main() -> int:
         f"cpu ({bench.CPU_NAME}, {torch.get_num_threads()} threads)")  # fmt: skip
     print(f"{device}: {len(args.encodings)} encodings, budget {args.budget:.0f} s")
     rows: list[dict] = []
+    out.mkdir(parents=True, exist_ok=True)
     shares = sum(s.budget_share for s in shapes)
     for shape in shapes:
         rows_here = [e for e in args.encodings if runs_on(shape, e)]
@@ -604,21 +607,33 @@ def main() -> int:
         reference.optimizer = torch.optim.AdamW(reference.model.parameters(), lr=1e-4)
         for enc in rows_here:
             rows += EncodingCells(shape, reference, enc, budget, args).run()
+            # after every row, so a run stopped from outside (a device's time limit) keeps
+            # what finished
+            write_tables(out, rows, device, time.perf_counter() - start)
             print(f"  {shape.name} {enc:16s} done, {budget.left():.0f} s left")
             sys.stdout.flush()
         del reference
+    text = write_tables(out, rows, device, time.perf_counter() - start)
+    print(text)
+    print(f"wrote {out / 'bench_gpu.csv'}, cells.csv and table.md")
+    return 0
+
+
+def write_tables(out: Path, rows: list[dict], device: str, seconds: float) -> str:
+    """Write ``bench_gpu.csv``, ``cells.csv`` and ``table.md`` of ``rows`` (each atomically) and
+    return the table's text."""
+    from posx.storage.atomic import atomic_write
+    from posx.storage.results import write_csv
+
     df = pd.DataFrame(rows).assign(device=device, torch=torch.__version__)
     for col in ("reference_seconds", "calls"):
         df[col] = df.get(col, math.nan)
     table = cells(df)
-    text = markdown(table, device, time.perf_counter() - start)
-    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(table, device, seconds)
     write_csv(out / "bench_gpu.csv", df)
     write_csv(out / "cells.csv", table)
-    (out / "table.md").write_text(text)
-    print(text)
-    print(f"wrote {out / 'bench_gpu.csv'}, cells.csv and table.md")
-    return 0
+    atomic_write(out / "table.md", text)
+    return text
 
 
 if __name__ == "__main__":

@@ -122,6 +122,16 @@ def cli(capsys, monkeypatch):
     return run
 
 
+def claims_config(conf: Path, claims: str, paper: str = "extension") -> Path:
+    """A config dir with preset ``mine`` (``experiment=mine``) and its claims file: ``claims``
+    is the YAML list under ``claims:`` (``  - id: ...``). Returns ``conf``."""
+    (conf / "claims").mkdir(parents=True)
+    (conf / "experiment").mkdir()
+    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment_name: mine\n")
+    (conf / "claims" / "mine.yaml").write_text(f"paper: {paper}\nclaims:\n{claims}")
+    return conf
+
+
 def markdown_blocks(path: Path, section: str | None = None) -> list[tuple[str, str]]:
     """The fenced code blocks of a Markdown file as ``(info string, code)``, optionally only those
     under the ``## section`` heading (up to the next ``## ``): documentation a test executes."""

@@ -18,14 +18,19 @@ seed's runs alone.
 - *seed agreement*: the fraction of seed-level comparisons for which it holds: every pair of a
   seed of A with a seed of B (runs of different encodings are independent), a seed against a
   number, and for ``mrr:`` the seeds themselves (each seed is one whole ranking). Runs related
-  by lineage are not independent: when A and B share a parent (two extensions of one base) or
-  one is the other's parent, each parent's runs are compared with each other, and ``k/n``
-  counts the parents (:mod:`posx.claims.lineage`).
+  by lineage are not independent: the rows of one run, siblings of one parent and a child and
+  its parent pair one to one, over the runs both sides have, and "on the mean" is then over
+  the paired runs (:mod:`posx.claims.lineage`).
+
+A term's seeds are those that learned the task, each judged on its own value at the training
+length: a seed below the report's ``--learned`` there is left out (the verdict says so), and
+the term's mean is over the seeds kept.
 
 The verdict: **✓ holds** when every link holds on the mean and in at least ``level`` (0.8) of
 its seed comparisons; **✗ fails** when some link fails on the mean and its opposite holds in at
 least ``level`` of them; **? inconclusive** otherwise: a term without a value (not run,
-unsupported, failed), fewer than ``min_seeds`` (3) seeds of a term, seeds that split, a term
+unsupported, failed), fewer than ``min_seeds`` (3) seeds of a term (or pairs of related runs),
+seeds that split, a term
 whose row the report marks ``not learned`` (judged at its training length: a run that never
 learned its task says nothing past it), two or more terms all at chance at the claim's length by
 the report's rule (``report.chance.cell_at_chance``: an accuracy within its margin of chance,
@@ -53,6 +58,8 @@ from posx.claims.verdict import (
     decide,
 )
 
+EMPTY = "no runs of this preset under the root"  # every claim's reason where no row is left
+
 __all__ = [
     "FAILS",
     "HOLDS",
@@ -71,6 +78,7 @@ def check_claims(
     claims: ClaimsFile,
     min_seeds: int = MIN_SEEDS,
     level: float = LEVEL,
+    empty: str = EMPTY,
 ) -> list[Verdict]:
     """Every claim of ``claims`` on ``frame``, the preset's normalised eval rows (mode full).
 
@@ -79,12 +87,13 @@ def check_claims(
         claims: The preset's parsed claims file.
         min_seeds: Seeds each term needs for a ✓ or ✗.
         level: The seed agreement a ✓ (or, for the opposite, a ✗) needs.
+        empty: Every claim's reason where ``frame`` has no rows.
     """
     out = []
     for claim in claims.claims:
         verdict = Verdict(claims.experiment, claims.paper, claim)
         if frame.empty:
-            verdict.reason = "no runs of this preset under the root"
+            verdict.reason = empty
         elif claim.statement.mrr:
             measure_mrr(verdict, frame)
         else:
@@ -93,6 +102,7 @@ def check_claims(
             values = {m.term: m for m in verdict.measured}
             verdict.links = links(claim.statement, values, paired=claim.statement.mrr)
             verdict.seeds = min(len(m.seeds) for m in verdict.measured)
+            verdict.notes += [link.note for link in verdict.links if link.note]
         elif verdict.measured:
             verdict.seeds = min(len(m.seeds) for m in verdict.measured)
         out.append(decide(verdict, min_seeds, level))

@@ -12,7 +12,7 @@ import yaml
 from posx.claims.language import ID, Claim, ClaimError, ClaimsFile, parse_statement
 
 CLAIM_KEYS = ("id", "statement", "table", "published", "published_metric", "note", "paper_scale")
-FILE_KEYS = ("paper", "claims", "note")
+FILE_KEYS = ("paper", "claims", "note", "tuning_seeds")
 
 
 def _text(value: Any, what: str) -> str:
@@ -38,6 +38,18 @@ def _published(value: Any, what: str) -> dict[str, Any]:
             raise ClaimError(f"{what}[{key}] must be a number or a list of numbers, got {v!r}")
         out[str(key)] = [float(x) for x in items] if isinstance(v, list) else float(v)
     return out
+
+
+def _seeds(value: Any, what: str) -> tuple[int, ...]:
+    """``[0, 1, 2]``: distinct non-negative whole numbers (an empty list names none)."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else None
+    if items is None or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in items):
+        raise ClaimError(f"{what} must be a list of seeds (whole numbers >= 0), got {value!r}")
+    if len(set(items)) < len(items):
+        raise ClaimError(f"{what} names a seed twice: {value!r}")
+    return tuple(sorted(items))
 
 
 def parse_claims(data: Any, path: Path, experiment: str) -> ClaimsFile:
@@ -87,7 +99,10 @@ def parse_claims(data: Any, path: Path, experiment: str) -> ClaimsFile:
     paper = _text(data.get("paper"), f"{path}: 'paper'")
     if not paper:
         raise ClaimError(f"{path}: 'paper' must name the paper the claims come from")
-    return ClaimsFile(experiment, path, paper, tuple(claims), _text(data.get("note"), "note"))
+    return ClaimsFile(
+        experiment, path, paper, tuple(claims), _text(data.get("note"), "note"),
+        _seeds(data.get("tuning_seeds"), f"{path}: 'tuning_seeds'"),
+    )  # fmt: skip
 
 
 def load_claims(path: Path, experiment: str | None = None) -> ClaimsFile:

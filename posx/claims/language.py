@@ -12,6 +12,11 @@ A preset ``configs/experiment/NAME.yaml`` declares its claims in ``configs/claim
         published_metric: perplexity at 2512 tokens, trained at 512
         note: why the CPU-scale version may differ
         paper_scale: the overrides that run it at the paper's scale
+    tuning_seeds: [0, 1, 2]   # optional: the seeds that chose the preset's settings
+
+``tuning_seeds`` names the seeds whose runs were looked at while the preset's settings were
+chosen; ``posx check`` judges the claims on the other seeds only (a claim fitted to the seeds
+that judge it says nothing), unless asked to include them.
 
 A statement is whitespace-separated tokens::
 
@@ -55,6 +60,7 @@ NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 FACTOR = re.compile(r"(\d+(\.\d+)?)[x×]")  # 4x, 1.5x
 ABSOLUTE = re.compile(r"L=(\d+)")
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TASK = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z0-9_]+)?")  # RULER's are ruler/<name>
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RATIO_MARKS = ("×r", "xr")
 CLAUSES = ("at", "by", "on")
@@ -137,6 +143,8 @@ class ClaimsFile:
     paper: str
     claims: tuple[Claim, ...]
     note: str = ""
+    # the seeds whose runs chose the preset's settings: its claims are judged on the others
+    tuning_seeds: tuple[int, ...] = ()
 
 
 class ClaimError(ConfigError):
@@ -274,8 +282,8 @@ def _length(value: str, what: str, bad: Bad) -> tuple[float | None, int | None]:
 
 def _check_clause_names(clauses: dict[str, str], bad: Bad) -> None:
     """Refuses a ``by`` or ``on`` value that is not a plain name (a metric or task)."""
-    for key in ("by", "on"):
-        if key in clauses and not WORD.fullmatch(clauses[key]):
+    for key, word in (("by", WORD), ("on", TASK)):
+        if key in clauses and not word.fullmatch(clauses[key]):
             raise bad(f"'{key} {clauses[key]}' is not a metric or task name")
 
 

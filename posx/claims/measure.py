@@ -4,12 +4,13 @@ values behind them, with the report's guards (not learned, at chance)."""
 from __future__ import annotations
 
 import math
+import statistics
 from itertools import product
 
 import pandas as pd
 
 from posx.claims.language import Statement, Term
-from posx.claims.lineage import paired_by_parent, seed_lineage
+from posx.claims.lineage import Pairing, pair_runs, seed_lineage
 from posx.claims.verdict import COMPARE, Link, Measured, Verdict
 from posx.errors import ConfigError
 from posx.report.chance import LEARNED, cell_at_chance
@@ -33,11 +34,47 @@ def _link(a: Term, op: str, b: Term, values: dict[str, Measured], paired: bool) 
         pairs = [(v, mean_b) if seeds_a is not None else (mean_a, v) for v in seeds.values()]
     elif paired:
         pairs = [(seeds_a[s], seeds_b[s]) for s in sorted(set(seeds_a) & set(seeds_b))]
-    else:  # runs that share a parent (or a run and its parent) pair by the parent
-        lined = paired_by_parent(seeds_a, values[a.key].lineage, seeds_b, values[b.key].lineage)
-        pairs = lined if lined is not None else list(product(seeds_a.values(), seeds_b.values()))
+    else:  # related runs pair one to one (posx.claims.lineage); unrelated, every seed pair
+        lined = pair_runs(seeds_a, values[a.key].lineage, seeds_b, values[b.key].lineage)
+        if lined is not None:
+            return _paired_link(Link(str(a), op, str(b), False, 0, 0, paired=True), lined)
+        pairs = list(product(seeds_a.values(), seeds_b.values()))
     agree = sum(compare(x, y) for x, y in pairs)
-    return Link(str(a), op, str(b), compare(mean_a, mean_b), agree, len(pairs))
+    link = Link(str(a), op, str(b), compare(mean_a, mean_b), agree, len(pairs))
+    return _with_spread(link, mean_a - mean_b, pairs)
+
+
+def _with_spread(link: Link, margin: float, pairs: list[tuple[float, float]]) -> Link:
+    """Sets how far the means are from the bound (``margin``, left minus right) and how far
+    single comparisons scatter (the sample std of their differences: of each seed's value for
+    a number, of the pair differences for related runs, of every seed pair's otherwise)."""
+    link.margin = margin
+    diffs = [x - y for x, y in pairs]
+    link.spread = statistics.stdev(diffs) if len(diffs) > 1 else math.nan
+    return link
+
+
+def _paired_link(link: Link, lined: Pairing) -> Link:
+    """A link between related runs, judged on their pairs: on the mean means the means over the
+    paired runs (the same runs as the seed comparisons); where a run had no partner, the note
+    says how the others were paired, how many were left out and the means compared."""
+    compare = COMPARE[link.op]
+    link.total = len(lined.pairs)
+    link.agree = sum(compare(x, y) for x, y in lined.pairs)
+    if not lined.pairs:
+        link.note = f"{link}: related runs, none with a partner on the other side"
+        return link
+    left = sum(x for x, _ in lined.pairs) / len(lined.pairs)
+    right = sum(y for _, y in lined.pairs) / len(lined.pairs)
+    link.holds = compare(left, right)
+    _with_spread(link, left - right, lined.pairs)
+    if lined.unpaired:
+        link.note = (
+            f"{link}: {len(lined.pairs)} pair(s) of related runs ({lined.how}), "
+            f"{lined.unpaired} run(s) without a partner left out; means over the pairs "
+            f"{left:.3f} vs {right:.3f}"
+        )
+    return link
 
 
 def links(st: Statement, values: dict[str, Measured], paired: bool) -> list[Link]:
@@ -62,7 +99,8 @@ def _task_rows(verdict: Verdict, frame: pd.DataFrame) -> pd.DataFrame | None:
         verdict.reason = (
             f"no runs of task {task!r} (tasks: {', '.join(tasks)})"
             if task
-            else f"runs of several tasks ({', '.join(tasks)}); name one with 'on TASK'"
+            else f"runs of several tasks ({', '.join(tasks)}) and the claim names none: pass "
+            f"--task {tasks[0]}"
         )
         return None
     return frame[frame["task"].astype(str) == task]
@@ -143,16 +181,38 @@ def _measure(
     if verdict.reason:
         return
     column = "ratio_mean" if term.ratio else "mean"
-    mine = _at_length(verdict, seeds[seeds["variant"].astype(str) == term.name], term)
-    per_seed = {int(s): float(v) for s, v in zip(mine["seed"], mine[column], strict=True)}
-    per_seed = {s: v for s, v in per_seed.items() if not math.isnan(v)}
+    fingerprint = ok["fingerprint"].iloc[0]
+    own = seeds[(seeds["variant"].astype(str) == term.name) & (seeds["fingerprint"] == fingerprint)]
+    left_out = _seeds_not_learned(term.name, own)
+    mine = _at_length(verdict, own, term)
+    per_seed = {
+        int(s): float(v)
+        for s, v in zip(mine["seed"], mine[column], strict=True)
+        if not math.isnan(v) and int(s) not in left_out
+    }
     mean = float(ok[column].iloc[0])
+    if left_out and per_seed:  # the report's mean counts the seeds left out: the kept ones'
+        mean = sum(per_seed.values()) / len(per_seed)
     if math.isnan(mean) or not per_seed:
         verdict.reason = f"{term} has no value at the training length to divide by"
         return
-    fingerprint = ok["fingerprint"].iloc[0]
+    verdict.notes += left_out.values()
     mine = rows[(rows["variant"].astype(str) == term.name) & (rows["fingerprint"] == fingerprint)]
-    verdict.measured.append(Measured(term.key, per_seed, mean, seed_lineage(mine)))
+    verdict.measured.append(Measured(term.key, per_seed, mean, seed_lineage(mine), left_out))
+
+
+def _seeds_not_learned(name: str, own: pd.DataFrame) -> dict[int, str]:
+    """Seed -> why it is left out, for the seeds of a row that learned on the mean but did not
+    on their own (the report's ``k of n seeds not learned``, judged by the same rule on each
+    seed's value at the training length)."""
+    home = own[(own["eval_length"] == own["train_length"]) & (own["n"] > 0) & ~own["learned"]]
+    return {
+        int(rec.seed): (
+            f"{name} seed {int(rec.seed)} left out: not learned at its training length "
+            f"({rec.metric} {float(rec.mean):.3f}, below the report's --learned {LEARNED})"
+        )
+        for rec in home.itertuples()
+    }
 
 
 def measure_values(verdict: Verdict, frame: pd.DataFrame) -> None:

@@ -77,9 +77,15 @@ def rows(verdicts: Sequence[Verdict], digits: int = 3) -> list[list[str]]:
         out.append([
             f"{v.symbol} {v.verdict}", f"{v.experiment}/{v.claim.id}", statement_text(v),
             measured_text(v, digits) + (f" {v.where}" if v.where else ""),
-            str(v.seeds), v.statistic(), paper_text(v), v.reason,
+            str(v.seeds), v.statistic(), paper_text(v), why_text(v),
         ])  # fmt: skip
     return out
+
+
+def why_text(verdict: Verdict) -> str:
+    """The reason for a ?/✗ and what the verdict rests on beyond its terms' rows (seeds left
+    out, runs without a partner), one clause each."""
+    return "; ".join(x for x in (verdict.reason, *verdict.notes) if x)
 
 
 def summary(verdicts: Sequence[Verdict]) -> str:
@@ -97,8 +103,9 @@ def rule(min_seeds: int = MIN_SEEDS, level: float = LEVEL) -> str:
         f"✓ holds: every comparison holds on the seed means and in ≥ {level:.0%} of the "
         f"seed-level comparisons; ✗ fails: one fails on the means and its opposite holds in "
         f"≥ {level:.0%} of them; ? inconclusive: a missing value, fewer than {min_seeds} seeds, "
-        "split seeds, a term not learned at its training length, or two terms both at chance "
-        "(docs/reproductions.md)"
+        "split seeds, a term not learned at its training length, or two terms both at chance; "
+        "a seed not learned is left out, related runs pair one to one, a ✓ or ✗ within its "
+        "seeds' spread of the bound is marked near the bound (docs/reproductions.md)"
     )
 
 
@@ -224,12 +231,15 @@ def claim_record(verdict: Verdict) -> dict[str, Any]:
                 "mean": _finite(m.mean),
                 "std": _finite(m.std),
                 "values": {str(seed): _finite(x) for seed, x in m.seeds.items()},
+                "left_out": {str(seed): why for seed, why in m.left_out.items()},
             }
             for m in verdict.measured
         ],  # fmt: skip
         "seeds": int(verdict.seeds),
         "seed_agreement": None if statistic == "—" else statistic,
         "reason": verdict.reason,
+        "notes": list(verdict.notes),
+        "near_bound": verdict.near_bound,
         "paper": verdict.paper,
         "table": claim.table,
         "published": claim.published,

@@ -30,6 +30,8 @@ class Measured:
     mean: float
     # seed -> (its run's lineage key, its parent's): runs that share a parent pair by it
     lineage: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # seeds of the term's row that are not in ``seeds``, and why (did not learn the task)
+    left_out: dict[int, str] = field(default_factory=dict)
 
     @property
     def std(self) -> float:
@@ -50,6 +52,16 @@ class Link:
     holds: bool
     agree: int
     total: int
+    paired: bool = False  # related runs, matched one to one (posx.claims.lineage)
+    note: str = ""  # related runs left without a partner: how many, and the means compared
+    margin: float = math.nan  # the left mean minus the right one, as "on the mean" compares them
+    spread: float = math.nan  # sample std of the single comparisons' differences (NaN: < 2)
+
+    @property
+    def near_bound(self) -> bool:
+        """Whether the means are within one spread of each other: a seed set drawn again may
+        well land on the other side (a flag, not a test)."""
+        return bool(abs(self.margin) <= self.spread)
 
     @property
     def fraction(self) -> float:
@@ -73,6 +85,9 @@ class Verdict:
     links: list[Link] = field(default_factory=list)
     seeds: int = 0
     reason: str = ""
+    # what else the verdict rests on: seeds left out, how runs were paired (shown with the reason)
+    notes: list[str] = field(default_factory=list)
+    near_bound: bool = False  # a ✓ or ✗ whose deciding link is within its seeds' spread
 
     @property
     def symbol(self) -> str:
@@ -99,18 +114,28 @@ def decide(verdict: Verdict, min_seeds: int = MIN_SEEDS, level: float = LEVEL) -
         return verdict
     thin = [m for m in verdict.measured if len(m.seeds) < min_seeds]
     if thin:
+        left = f" ({len(thin[0].left_out)} left out)" if thin[0].left_out else ""
         verdict.reason = (
-            f"{thin[0].term} has {len(thin[0].seeds)} seed(s); a verdict needs {min_seeds}"
+            f"{thin[0].term} has {len(thin[0].seeds)} seed(s){left}; a verdict needs {min_seeds}"
+        )
+        return verdict
+    few = [x for x in verdict.links if x.paired and x.total < min_seeds]
+    if few:
+        verdict.reason = (
+            f"{few[0]} has {few[0].total} paired comparison(s) of related runs; a verdict "
+            f"needs {min_seeds}"
         )
         return verdict
     failing = [x for x in verdict.links if not x.holds]
     if not failing and all(x.fraction >= level for x in verdict.links):
         verdict.verdict = HOLDS
+        _mark_near(verdict, verdict.links)
     elif any(1 - x.fraction >= level for x in failing):
         verdict.verdict = FAILS
         link = next(x for x in failing if 1 - x.fraction >= level)
         verdict.links = [link, *(x for x in verdict.links if x is not link)]
         verdict.reason = f"{link} fails on the mean"
+        _mark_near(verdict, [link])
     else:
         split = failing[0] if failing else min(verdict.links, key=lambda x: x.fraction)
         verdict.reason = (
@@ -118,3 +143,17 @@ def decide(verdict: Verdict, min_seeds: int = MIN_SEEDS, level: float = LEVEL) -
             f"(a verdict needs {level:.0%} either way)"
         )
     return verdict
+
+
+def _mark_near(verdict: Verdict, deciding: list[Link]) -> None:
+    """Marks a ✓ or ✗ whose deciding link lies within one spread of its bound (the means'
+    difference no larger than the std of single comparisons' differences): the verdict is
+    kept, and a note says that another seed set may turn it."""
+    near = next((x for x in deciding if x.near_bound), None)
+    if near is None:
+        return
+    verdict.near_bound = True
+    verdict.notes.append(
+        f"near the bound: {near} by {near.margin:+.3f} on the mean, within the seeds' spread "
+        f"(std {near.spread:.3f} of single comparisons): another seed set may turn it"
+    )

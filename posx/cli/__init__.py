@@ -8,6 +8,7 @@ The commands live by theme (``runs``: train, resume, runs, eval; ``report``: rep
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 import warnings
@@ -16,7 +17,7 @@ from collections.abc import Callable
 import typer
 
 from posx.cli._app import app, console, debug_requested, err_console, settle_help
-from posx.errors import PosxError, PosxWarning
+from posx.errors import Interrupted, PosxError, PosxWarning
 
 __all__ = ["app", "console", "err_console", "main"]
 
@@ -37,6 +38,9 @@ def main() -> None:
     warnings.showwarning = _show_warning(previous)
     try:
         code = app(prog_name="posx", standalone_mode=False)
+    except Interrupted as err:  # Ctrl-C, said as training says it: not an error of the input
+        err_console.print(f"posx: {err}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(err.exit_code)
     except PosxError as err:
         if debug_requested():
             traceback.print_exc()
@@ -53,6 +57,9 @@ def main() -> None:
         hint = f"; see `{where} --help`"
         _error(" ".join(err.format_message().split()).rstrip(".") + hint)
         sys.exit(2)
+    except BrokenPipeError:  # a reader that stopped early (`posx runs | head`): no failure
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except (KeyboardInterrupt, typer.Abort):
         err_console.print("posx: interrupted", markup=False)
         sys.exit(130)

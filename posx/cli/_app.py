@@ -5,10 +5,28 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import click
 import typer
+import typer.core
 from rich.console import Console
+
+
+def _flag_without_type(display: Callable[..., str | None]) -> Callable[..., str | None]:
+    """Typer's help shows a type beside every option, ``--debug <bool>`` for a flag too, which
+    reads as if the flag took a value (``--debug true``): a flag shows none."""
+
+    def shown(self: typer.core.TyperOption, ctx: click.Context) -> str | None:
+        return None if self.is_flag else display(self, ctx)
+
+    return shown
+
+
+typer.core.TyperOption.display_type_rich = _flag_without_type(  # type: ignore[method-assign]
+    typer.core.TyperOption.display_type_rich
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -16,8 +34,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Length-extrapolation experiments: train at one length, evaluate at many, compare.",
 )
-console = Console()
-err_console = Console(stderr=True)
+
+
+class _Console(Console):
+    """rich's console, but a reader that stops early (``posx report | head``) is no failure:
+    the rest goes nowhere and the command ends with its own exit status (``posx check``'s 1
+    still means a claim failed), where rich exits with 1."""
+
+    def on_broken_pipe(self) -> None:
+        """Sends the rest of the output to the null device and goes on."""
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.file.fileno())
+
+
+console = _Console()
+err_console = _Console(stderr=True)
+
+
+def write_out(text: str) -> None:
+    """``text`` on stdout as it is (tables for scripts, JSON, YAML), flushed; a reader that
+    stopped early (``| head``) is no failure: the rest goes to the null device."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
@@ -48,6 +92,7 @@ def _root(
     config_dir: list[Path] = typer.Option(
         None,
         "--config-dir",
+        metavar="DIR",
         help="A directory of your own encoding/, task/, model/, experiment/ ... yamls, added "
         "beside the built-in ones (repeatable; also POSX_CONFIG_PATH=DIR1:DIR2).",
     ),

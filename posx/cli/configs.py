@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
 
-from posx.cli._app import PASS_THROUGH, app, config_dirs, console
+from posx.cli._app import PASS_THROUGH, app, config_dirs, console, write_out
 from posx.errors import ConfigError
 
 
@@ -100,7 +99,7 @@ def show_config(ctx: typer.Context) -> None:
 
     dirs = config_dirs(ctx)
     cfg = compose(one_config_overrides("show-config", ctx.args, dirs), dirs)
-    sys.stdout.write(OmegaConf.to_yaml(cfg))
+    write_out(OmegaConf.to_yaml(cfg))
 
 
 sweep_app = typer.Typer(help="Inspect sweep directories (posx train -m).", no_args_is_help=True)
@@ -120,18 +119,33 @@ def sweep_status(
     jobs = status_of(sweep_dir)
     colour = {"finished": "green", "failed": "red", "incomplete": "yellow", "damaged": "red",
               "missing": "magenta"}  # fmt: skip
-    table = Table(title=str(sweep_dir), title_justify="left")
-    for col in ("#", "swept values", "status", "run", "detail"):
-        table.add_column(col)
-    for job in jobs:
-        swept = " ".join(f"{k}={v}" for k, v in job.swept.items())
-        table.add_row(
-            str(job.number),
-            escape(swept),
-            f"[{colour[job.status]}]{job.status}[/]",
-            job.run_dir.name if job.run_dir else "—",
-            escape(job.detail),
-        )
-    console.print(table)
+    names = [len(job.run_dir.name) for job in jobs if job.run_dir]
+    # the run name is the field one copies: never cut. Where it leaves too little room for the
+    # other columns (status, swept values), each job is a block of lines instead of a row.
+    if console.width < max(names, default=0) + 40:
+        console.print(str(sweep_dir), markup=False, highlight=False, soft_wrap=True)
+        for job in jobs:
+            swept = " ".join(f"{k}={v}" for k, v in job.swept.items())
+            console.print(f"{job.number}  [{colour[job.status]}]{job.status}[/]  {escape(swept)}")
+            for text in (job.run_dir.name if job.run_dir else "", job.detail):
+                if text:
+                    console.print(f"   {text}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        table = Table(title=str(sweep_dir), title_justify="left")
+        for col in ("#", "swept values", "status", "run", "detail"):
+            if col == "run":
+                table.add_column(col, no_wrap=True, min_width=max(names, default=1))
+            else:
+                table.add_column(col)
+        for job in jobs:
+            swept = " ".join(f"{k}={v}" for k, v in job.swept.items())
+            table.add_row(
+                str(job.number),
+                escape(swept),
+                f"[{colour[job.status]}]{job.status}[/]",
+                job.run_dir.name if job.run_dir else "—",
+                escape(job.detail),
+            )
+        console.print(table)
     counts = {s: sum(j.status == s for j in jobs) for s in colour}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(jobs)} jobs")

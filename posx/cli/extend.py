@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from posx.cli._app import PASS_THROUGH, app, config_dirs, debug_requested
-from posx.cli.options import TRUST_HELP
+from posx.cli.options import TRUST_HELP, check_misspelt_options
 from posx.errors import ConfigError
 
 
@@ -42,6 +42,7 @@ def extend(
     `posx extend hf:NAME_OR_DIR extension=yarn extend.factor=4` fine-tunes a pretrained Hugging
     Face model instead, on one process or under torchrun with FSDP (docs/pretrained.md).
     """
+    check_misspelt_options(ctx)
     if str(run).startswith("hf:"):
         from posx.cli.extend_pretrained import extend_hf
         from posx.pretrained.extend.settings import Options

@@ -1,13 +1,14 @@
 """``posx extend hf:NAME_OR_DIR``, and ``posx resume`` / ``posx eval`` of the run it writes: the
-pretrained-model branch of those commands (the work is posx/pretrained/extend_*.py)."""
+pretrained-model branch of those commands (the work is posx/pretrained/extend/)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from posx.cli._app import console, err_console
-from posx.errors import ConfigError
+from posx.errors import ConfigError, Interrupted
 from posx.pretrained.extend.settings import Options
 
 if TYPE_CHECKING:
@@ -22,15 +23,41 @@ def _print(text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def _main_process() -> bool:
+    """Rank 0 under torchrun (or the one process), read from the environment: what says where
+    the run goes speaks before torch is imported."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def extend_hf(word: str, words: list[str], options: Options) -> None:
-    """``posx extend hf:... key=value ... [--dry-run]``: plan, fine-tune, save, evaluate."""
-    from posx.pretrained.extend.plan import check_fits
-    from posx.pretrained.extend.run import extend_pretrained, plan_extension
+    """``posx extend hf:... key=value ... [--dry-run]``: plan, fine-tune, save, evaluate.
+
+    The run directory and what is done are said first, from the settings and the model's
+    ``config.json`` alone (a typo is answered, and the run named, before torch and
+    transformers are imported: those take seconds).
+    """
+    from posx.pretrained.extend.preview import preview
+    from posx.pretrained.extend.settings import parse_settings
 
     other = [w for w in words if "=" not in w]
     if other:
         raise ConfigError(f"posx extend hf:... takes key=value settings; got {other[0]}")
-    plan = plan_extension(word, words, options)
+    values = parse_settings(words)
+    early = preview(word, values, options)
+    if _main_process():  # on stdout, as the plan: stderr keeps one line for a refusal
+        if early.run is not None:
+            _print(f"output     {early.run}" if options.dry_run else f"run directory: {early.run}")
+        _print(f"doing      {early.doing}" if options.dry_run else early.doing)
+    try:
+        from posx.pretrained.extend.plan import check_fits, make_plan
+        from posx.pretrained.extend.run import extend_pretrained, run_directory
+        from posx.runtime.distributed import init_process_group
+
+        plan = make_plan(word, values, options, init_process_group())
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted before training began; nothing was written") from None
+    if run_directory(plan) != early.run and plan.world.is_main:  # the config read otherwise
+        _print(f"{'output     ' if options.dry_run else 'run directory: '}{run_directory(plan)}")
     if options.dry_run:
         if plan.world.is_main:
             for line in plan.lines():
@@ -45,10 +72,17 @@ def extend_hf(word: str, words: list[str], options: Options) -> None:
     _evaluate(run, None)
 
 
-def _evaluate(run: Path, lengths: list[int] | None) -> None:
-    """Rank 0 evaluates the extended model into its run and prints the table."""
+def _evaluate(
+    run: Path,
+    lengths: list[int] | None,
+    suites: tuple[str, ...] = ("text",),
+    given: dict[str, Any] | None = None,
+) -> None:
+    """Rank 0 evaluates the extended model into its run and prints the table (``suites``,
+    ``given``: what ``posx eval RUN --suite ruler ruler.samples=N`` asked)."""
     from posx.pretrained.extend.run import evaluate_extension
     from posx.pretrained.run import progress_line
+    from posx.report.ruler import ruler_table
     from posx.runs.messages import eval_table
     from posx.runtime.distributed import world
     from posx.saved import SavedRun
@@ -64,9 +98,13 @@ def _evaluate(run: Path, lengths: list[int] | None) -> None:
     def line(task: str, row: dict[str, Any]) -> None:
         _say(progress_line(str(run), task, row))
 
-    where, rows = evaluate_extension(run, info, lengths, line)
+    where, rows = evaluate_extension(run, info, lengths, line, suites, given)
     _print(str(where))
-    for text in eval_table(rows, rows[0]["train_length"]):
+    threshold = (given or {}).get("ruler.threshold", 85.6)
+    for text in ruler_table(rows, threshold):
+        _print(text)
+    rows = [r for r in rows if not str(r["task"]).startswith("ruler/")]
+    for text in eval_table(rows, rows[0]["train_length"]) if rows else []:
         _print(text)
 
 
@@ -82,16 +120,30 @@ def extension_info(run: Path | SavedRun) -> dict[str, Any] | None:
 
 def resume_hf(run: Path, info: dict[str, Any], dirs: list[Path]) -> None:
     """``posx resume RUN`` of a pretrained model's extension (``dirs``: the user's config dirs,
-    where its method may be)."""
-    from posx.pretrained.extend.run import resume_pretrained
+    where its method may be); the run and what it does are said before torch is imported."""
+    from posx.pretrained.extend.preview import resumable
 
+    resumable(run, info)  # a finished or damaged run: one line, before anything is said
+    if _main_process():
+        ext, parent = info.get("extension") or {}, info.get("parent") or {}
+        _print(f"run directory: {run}")
+        _print(f"resuming {info.get('encoding')}: extension={ext.get('method')} of "
+             f"{parent.get('model_id')} at step {info.get('step', 0)} of "
+             f"{ext.get('steps')}")  # fmt: skip
+    try:
+        from posx.pretrained.extend.run import resume_pretrained
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted before training went on; run: posx resume {run}") from None
     resume_pretrained(run, info, Options(config_dirs=dirs), _say)
     _evaluate(run, None)
 
 
-def extend_hf_runs(runs: list[Path], lengths: str | None) -> list[SavedRun] | None:
+def extend_hf_runs(
+    runs: list[Path], lengths: str | None, suite: str | None = None, words: list[str] = ()
+) -> list[SavedRun] | None:
     """``posx eval RUN ...`` of pretrained models' extensions: evaluated as ``posx eval hf:``
-    evaluates a model, into their own runs.
+    evaluates a model, into their own runs (``suite``: ``--suite``; ``words``: the command's
+    ``key=value`` words, of which the ``ruler.*`` settings apply).
 
     Returns:
         None when the runs named were extensions and are evaluated; else every word opened as
@@ -111,6 +163,11 @@ def extend_hf_runs(runs: list[Path], lengths: str | None) -> list[SavedRun] | No
         raise ConfigError(
             "evaluate pretrained models' extensions and posx runs in separate commands"
         )
+    from posx.pretrained.request import DEFAULTS, parse_suites, parse_values
+
+    asked = parse_values([w for w in words if w.startswith("ruler.")])
+    given = {k: v for k, v in asked.items() if k.startswith("ruler.") and v != DEFAULTS[k]}
     for run in found:
-        _evaluate(run.path, parse_lengths(lengths) if lengths else None)
+        _evaluate(run.path, parse_lengths(lengths) if lengths else None, parse_suites(suite),
+                  given)  # fmt: skip
     return None

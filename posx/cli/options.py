@@ -3,6 +3,10 @@ line they print: shared here so that command modules never import each other's h
 
 from __future__ import annotations
 
+import difflib
+
+import typer
+
 from posx.cli._app import err_console
 from posx.errors import ConfigError
 
@@ -42,3 +46,22 @@ def buckets(spec: str | None) -> str | int:
 def warn(text: str) -> None:
     """``posx: warning: TEXT`` on stderr."""
     err_console.print(f"posx: warning: {text}", markup=False, style="yellow", soft_wrap=True)
+
+
+def check_misspelt_options(ctx: typer.Context) -> None:
+    """Refuses a word passed through to Hydra or the settings that is a near miss of one of the
+    command's own options: ``--dryrun`` -> did you mean ``--dry-run``.
+
+    Raises:
+        ConfigError: One line naming the option meant.
+    """
+    own = [o for p in ctx.command.params for o in p.opts if o.startswith("--")]
+    for word in ctx.args:
+        name = word.split("=", 1)[0]
+        if not name.startswith("--") or name in own:
+            continue
+        close = difflib.get_close_matches(name, own, n=1, cutoff=0.8)
+        if close:
+            raise ConfigError(
+                f"posx {ctx.info_name} has no option {name}; did you mean {close[0]}?"
+            )

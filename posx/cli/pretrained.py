@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -26,6 +27,7 @@ class HfOptions:
     revision: str | None
     dtype: str
     device_map: str | None
+    suite: str | None = None
 
 
 def eval_pretrained(
@@ -42,12 +44,14 @@ def eval_pretrained(
     """``posx eval hf:NAME_OR_DIR ...``: one pretrained model per ``hf:`` word, each its own run
     under ``ROOT/pretrained/``."""
     from posx.pretrained.evaluate import Settings
-    from posx.pretrained.request import Request, parse_values
+    from posx.pretrained.request import Request, parse_suites, parse_values
     from posx.pretrained.run import evaluate_pretrained, progress_line
     from posx.pretrained.scaling import parse_variant
     from posx.pretrained.track import chosen_loggers, is_logger_word
+    from posx.report.ruler import ruler_table
     from posx.runs.messages import eval_table
     from posx.runs.resources import parse_size
+    from posx.runtime.distributed import world
 
     words = [str(r) for r in runs]
     overrides = [w for w in [*words, *ctx.args] if "=" in w and not w.startswith("hf:")]
@@ -66,6 +70,9 @@ def eval_pretrained(
     asked = parse_lengths(lengths) if lengths is not None else None
     variants = [parse_variant(v) for v in hf.variant or ["none"]]
     limit = parse_size(max_memory, "--max-memory")
+    suites = parse_suites(hf.suite)
+    _check_suite_options(suites, protocol, overrides)
+    main = world().is_main
     for word in models:
         settings = Settings(
             lengths=asked or [],
@@ -80,21 +87,48 @@ def eval_pretrained(
         request = Request(
             word, settings, values, hf.passkey, root, device, hf.dtype, hf.device_map,
             list(hf.trust_remote_code or []), hf.revision, hf.allow_download, limit, trackers,
+            suites=suites,
         )  # fmt: skip
 
         def line(task: str, row: dict, word: str = word) -> None:
-            if progress:
+            if progress and main:
                 err_console.print(progress_line(word, task, row), markup=False, highlight=False,
                                   soft_wrap=True)  # fmt: skip
 
         run, rows = evaluate_pretrained(request, line, warn)
+        if not main:  # under torchrun the first process reports
+            continue
         console.print(str(run), style="bold", markup=False, highlight=False, soft_wrap=True)
+        for text in ruler_table(rows, values["ruler.threshold"]):
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+        rows = [r for r in rows if not str(r["task"]).startswith("ruler/")]
         for task, what in dict.fromkeys((r["task"], r["overrides"]) for r in rows):
             group = [r for r in rows if (r["task"], r["overrides"]) == (task, what)]
             console.print(f"{task} {what or '(as saved)'}", markup=False, highlight=False)
             for text in eval_table(group, group[0]["train_length"]):
                 console.print(text, markup=False, highlight=False, soft_wrap=True)
-    console.print("compare with `posx report` (docs/pretrained.md)")
+    if main:
+        console.print("compare with `posx report` (docs/pretrained.md)")
+
+
+def _check_suite_options(
+    suites: tuple[str, ...], protocol: tuple[Any, ...], overrides: list[str]
+) -> None:
+    """Refuses options the chosen suites would ignore (a number must never look as if an option
+    had shaped it).
+
+    Raises:
+        ConfigError: ``--mode``/``--window``/``--stride``/``--buckets`` without ``--suite text``,
+            or a ``ruler.*`` setting without ``--suite ruler``.
+    """
+    if "text" not in suites and any(v is not None for v in protocol):
+        raise ConfigError(
+            "--mode, --window, --stride and --buckets apply to --suite text (perplexity); "
+            "RULER's prompts are read whole"
+        )
+    ruler = [w.split("=", 1)[0] for w in overrides if w.startswith("ruler.")]
+    if ruler and "ruler" not in suites:
+        raise ConfigError(f"{ruler[0]} applies to RULER's tasks: add --suite ruler (or text,ruler)")
 
 
 def _quoted(text: str) -> str:
@@ -132,6 +166,7 @@ def sweep_pretrained(
         "eval.mode": mode, "eval.window": window, "eval.stride": stride, "eval.buckets": buckets,
         "eval.variants": f"[{','.join(map(_quoted, hf.variant))}]" if hf.variant else None,
         "eval.passkey": "true" if hf.passkey else None,
+        "eval.suite": _quoted(hf.suite) if hf.suite else None,
         "trust_remote_code": f"[{','.join(map(_quoted, hf.trust_remote_code))}]"
         if hf.trust_remote_code else None,
         "allow_download": "true" if hf.allow_download else None,

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from posx.cli._app import app, config_dirs, console, err_console
+from posx.cli._app import app, config_dirs, console, err_console, write_out
 from posx.errors import ConfigError
 
 CHECK_FORMATS = ("rich", "md", "json")
+# The filters posx report and posx check share (one parser: report.build.filter_rows).
+TASK_HELP = "Only these tasks (a,b or repeat)."
+WHERE_HELP = (
+    "Keep runs whose config key (or eval.csv column) has this value, KEY=VALUE, e.g. "
+    "model.d_model=128 (repeatable; all must hold)."
+)
 
 if TYPE_CHECKING:  # the CLI imports pandas and the report package only when a command runs
     from rich.console import Console
@@ -32,8 +37,10 @@ def report(
         help="auto (bpb for text, exact_match for synthetic tasks), loss, ppl, bpb, acc, "
         "exact_match, or any other numeric eval.csv column (e.g. peak_mem_mb).",
     ),
-    task: list[str] = typer.Option(None, "--task", "-t", help="Only these tasks (a,b or repeat)."),
-    encoding: list[str] = typer.Option(None, "--encoding", "-e", help="Only these encodings."),
+    task: list[str] = typer.Option(None, "--task", "-t", help=TASK_HELP),
+    encoding: list[str] = typer.Option(
+        None, "--encoding", "-e", help="Only these encodings (x for ×: rope+yarnx4)."
+    ),
     mode: list[str] = typer.Option(None, "--mode", help="Only these eval modes (full, sliding)."),
     variant: list[str] = typer.Option(
         None,
@@ -48,12 +55,7 @@ def report(
         help="Compare model, train_length, task, mode, seed or any config key (e.g. "
         "train.steps) side by side in one table (default: one table each).",
     ),
-    where: list[str] = typer.Option(
-        None,
-        "--where",
-        help="Keep runs whose config key (or eval.csv column) has this value, KEY=VALUE, e.g. "
-        "model.d_model=128 (repeatable; all must hold).",
-    ),
+    where: list[str] = typer.Option(None, "--where", help=WHERE_HELP),
     rank: bool = typer.Option(
         None,
         "--rank/--no-rank",
@@ -84,6 +86,12 @@ def report(
         help="Each cell relative to the same run at its training length (×r, same metric).",
     ),
     digits: int = typer.Option(3, "--digits", help="Decimals in the tables."),
+    threshold: float = typer.Option(
+        85.6,  # posx.ruler.scoring.THRESHOLD (not imported: the CLI loads the report lazily)
+        "--threshold",
+        help="RULER: the average score (percent) a length needs to count toward the effective "
+        "length (85.6, Llama-2-7B's at 4k, as in the paper; a small model wants its own).",
+    ),
     fmt: str = typer.Option(
         None,
         "--format",
@@ -135,10 +143,11 @@ def report(
         where=where,
         learned=learned,
         learned_loss=learned_loss,
+        threshold=threshold,
     )
     for warning in result.warnings:
         err_console.print(f"posx: warning: {warning}", markup=False, style="yellow")
-    checked = _add_claims(ctx, root, result) if claims else None
+    checked = _add_claims(ctx, root, result, task, where) if claims else None
     if shows_tables(kind, fmt, output):
         _print_tables(result, with_claims=checked is not None)
     extra = _claims_records(checked) if kind == "json" and checked is not None else None
@@ -152,13 +161,16 @@ def report(
         _claims_exit(checked.verdicts)
 
 
-def _add_claims(ctx: typer.Context, root: Path, result: Report) -> Checked:
-    """Checks the claims of the presets the runs under ``root`` record (as ``posx check``) and
-    adds their verdicts to the report as its last section."""
+def _add_claims(
+    ctx: typer.Context, root: Path, result: Report, task: list[str] | None, where: list[str] | None
+) -> Checked:
+    """Checks the claims of the presets the runs under ``root`` record (as ``posx check``, on
+    the runs of the report's ``--task`` and ``--where``) and adds their verdicts to the report
+    as its last section."""
     from posx.claims.find import check_root
     from posx.claims.render import claims_section
 
-    checked = check_root(root, config_dirs(ctx))
+    checked = check_root(root, config_dirs(ctx), tasks=task, where=where)
     result.sections.append(claims_section(checked.verdicts, checked.notes))
     return checked
 
@@ -175,9 +187,14 @@ def _print_tables(result: Report, with_claims: bool) -> None:
     """Prints the report's tables on the terminal, then the claims' verdicts if it has them
     (their section is the last one, see ``_add_claims``)."""
     from posx.report import rich_renderables
+    from posx.report.ruler import section_lines
 
     for renderable in rich_renderables(result):
         console.print(renderable)
+    ruler = result.sections[:-1] if with_claims else result.sections
+    for section in ruler:
+        for line in section_lines(section):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if with_claims:
         from posx.claims.render import to_rich
 
@@ -189,7 +206,7 @@ def _write_text(text: str, output: Path | None) -> None:
     from posx.storage.results import atomic_write
 
     if output is None:
-        sys.stdout.write(text)
+        write_out(text)
         return
     atomic_write(output, text)
     console.print(f"wrote {output}", soft_wrap=True)
@@ -233,7 +250,8 @@ def check(
         "--format",
         "-f",
         help="rich (the table, or one block per claim on a narrow terminal), md, or json (one "
-        "object per claim: id, verdict, statement, measured, seeds, seed_agreement, reason).",
+        "object per claim: id, verdict, statement, measured, seeds, seed_agreement, reason, "
+        "notes, near_bound).",
     ),
     min_seeds: int = typer.Option(3, "--min-seeds", help="Seeds each term needs for a verdict."),
     agreement: float = typer.Option(
@@ -244,6 +262,20 @@ def check(
         "--partial",
         help="Also judge runs evaluated before their last step (interrupted; left out, with a "
         "note, by default).",
+    ),
+    task: list[str] = typer.Option(
+        None,
+        "--task",
+        "-t",
+        help=TASK_HELP + " Without it each preset's claims judge the tasks the preset trains "
+        "(its configs/experiment file) and the tasks its claims name.",
+    ),
+    where: list[str] = typer.Option(None, "--where", help=WHERE_HELP),
+    tuning_seeds: bool = typer.Option(
+        False,
+        "--tuning-seeds",
+        help="Also judge the runs of the seeds that chose a preset's settings (tuning_seeds in "
+        "its claims file; left out, with a note, by default).",
     ),
 ) -> None:
     """Check each preset's claims (configs/claims/NAME.yaml) against its runs under ROOT.
@@ -256,13 +288,16 @@ def check(
 
     if fmt not in CHECK_FORMATS:
         raise ConfigError(f"unknown --format {fmt!r}; choose from {', '.join(CHECK_FORMATS)}")
-    checked = check_root(root, config_dirs(ctx), experiment, min_seeds, agreement, partial)
+    checked = check_root(
+        root, config_dirs(ctx), experiment, min_seeds, agreement, partial, tasks=task,
+        where=where, tuning=tuning_seeds,
+    )  # fmt: skip
     if fmt == "json":
-        sys.stdout.write(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
+        write_out(claims_json(checked.verdicts, checked.notes, min_seeds, agreement))
     else:
         section = claims_section(checked.verdicts, checked.notes, min_seeds, agreement)
         if fmt == "md":
-            sys.stdout.write(to_markdown(section))
+            write_out(to_markdown(section))
         else:
             console.print(to_rich(section))
     _claims_exit(checked.verdicts)

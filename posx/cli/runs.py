@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,8 +15,9 @@ from posx.cli._app import (
     debug_requested,
     err_console,
     terminal_width,
+    write_out,
 )
-from posx.cli.options import TRUST_HELP, parse_lengths, warn
+from posx.cli.options import TRUST_HELP, check_misspelt_options, parse_lengths, warn
 from posx.errors import ConfigError, PosxError
 
 if TYPE_CHECKING:  # the commands import what they run only when they run
@@ -74,12 +74,12 @@ def runs_(
         raise ConfigError(f"unknown --format {fmt!r}; choose from table, json")
     found = list_runs(root)
     if fmt == "json":  # an empty list, not a sentence: a script reads it either way
-        sys.stdout.write(runs_json(found) + "\n")
+        write_out(runs_json(found) + "\n")
         return
     if not found:
         console.print(f"no runs under {root}; start one with `posx train`", soft_wrap=True)
         return
-    sys.stdout.write("\n".join(format_runs(found, terminal_width())) + "\n")
+    write_out("\n".join(format_runs(found, terminal_width())) + "\n")
 
 
 @app.command("eval", context_settings=PASS_THROUGH)
@@ -145,6 +145,12 @@ def eval_(
         help="hf: models: accelerate's device map, e.g. auto (spread a "
         "model over the GPUs of this machine).",
     ),
+    suite: str = typer.Option(
+        None,
+        "--suite",
+        help="hf: models: text (perplexity, the default), ruler (RULER's 11 tasks; "
+        "ruler.tasks=, ruler.samples=) or text,ruler.",
+    ),
 ) -> None:
     """Evaluate trained runs at longer lengths; writes eval.csv and eval_positions.csv.
 
@@ -158,9 +164,11 @@ def eval_(
     from posx.cli.extend_pretrained import extend_hf_runs
     from posx.cli.pretrained import HfOptions, eval_pretrained, sweep_pretrained
 
-    hf_options = (variant, passkey, trust_remote_code, allow_download, revision, device_map)
+    check_misspelt_options(ctx)
+    hf_options = (variant, passkey, trust_remote_code, allow_download, revision, device_map,
+                  suite)  # fmt: skip
     hf = HfOptions(variant, passkey, trust_remote_code, allow_download, revision, dtype,
-                    device_map)  # fmt: skip
+                    device_map, suite)  # fmt: skip
     if {"-m", "--multirun"} & {*ctx.args, *map(str, runs or [])}:
         sweep_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
                           max_memory, hf)  # fmt: skip
@@ -169,13 +177,16 @@ def eval_(
         eval_pretrained(ctx, runs, lengths, root, device, (mode, window, stride, buckets),
                          progress, max_memory, hf)  # fmt: skip
         return
-    opened = extend_hf_runs(runs or [], lengths)
+    words = [*map(str, runs or []), *ctx.args]
+    named = [r for r in runs or [] if "=" not in str(r)]
+    opened = extend_hf_runs(named, lengths, suite, [w for w in words if "=" in w])
     if opened is None:
         return
     if any(hf_options) or dtype != "auto":
         raise ConfigError(
-            "--variant, --passkey, --trust-remote-code, --allow-download, --revision, --dtype and "
-            "--device-map apply to pretrained models (posx eval hf:NAME_OR_DIR); a posx run is "
+            "--variant, --passkey, --trust-remote-code, --allow-download, --revision, --dtype, "
+            "--device-map and --suite apply to pretrained models (posx eval hf:NAME_OR_DIR); a "
+            "posx run is "
             "scaled with encoding.scaling.* overrides"
         )
     named, asked, overrides = _eval_inputs(ctx, runs, lengths, (mode, window, stride, buckets))

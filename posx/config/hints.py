@@ -24,6 +24,9 @@ from posx.config.paths import (
 )
 from posx.errors import ConfigError
 
+# OmegaConf's names of the types a typed setting converts to, as posx's messages say them
+KINDS = {"Integer": "an integer", "Float": "a number", "bool": "true or false"}
+
 
 def one_line(err: BaseException) -> str:
     """The first line of an error and of its root cause, joined (Hydra wraps the cause)."""
@@ -56,6 +59,11 @@ def override_error(err: BaseException, overrides: list[str]) -> ConfigError:
     if merged and "is not a ListConfig" in text:
         key, value = merged[1].lstrip("+~"), merged[2]
         return ListValueError(f"{key} takes a list: write {key}=[{value}]", key)
+    typed = re.search(r"Value '(.*?)' of type '\w+' could not be converted to (\w+)", text)
+    typed = typed or re.search(r"Value '(.*?)' is not a valid (bool)", text)
+    if merged and typed and typed[2] in KINDS:  # `train.steps=abc`: OmegaConf's words, in ours
+        key = merged[1].lstrip("+~")
+        return ConfigError(f"{key} must be {KINDS[typed[2]]}, got {typed[1]!r}")
     unknown = re.search(r"Could not override '([^']+)'", text)
     hint = _known_keys(unknown[1], overrides) if unknown else ""
     if hint:

@@ -72,8 +72,9 @@ def long_label(encoding: str, overrides: str) -> str:
     return f"{encoding} [{overrides}]" if overrides else encoding
 
 
-def _canonical(text: str) -> str:
-    # `x` before a number means ×: `yarnx4` is `yarn×4`, but `max_len=4` stays as it is
+def canonical(text: str) -> str:
+    """A label as posx writes it, from one as typed: ``x`` before a number means ``×``
+    (``yarnx4`` is ``yarn×4``, as run directories spell it), but ``max_len=4`` stays."""
     return re.sub(r"(?<=[A-Za-z_])x(?=\d)", TIMES, text.strip())
 
 
@@ -85,12 +86,12 @@ def matches(wanted: str, encoding: str, overrides: str, label: str) -> bool:
     label's parts, a type part also matching with any factor); or ``key=value`` tokens that
     the recorded overrides all contain (``encoding.scaling.type=yarn``).
     """
-    wanted = _canonical(wanted)
+    wanted = canonical(wanted)
     if wanted == "all":
         return True
     if wanted in ("base", "none"):
         return overrides == ""
-    if wanted in (_canonical(label), _canonical(short_label(encoding, overrides))):
+    if wanted in (canonical(label), canonical(short_label(encoding, overrides))):
         return True
     tokens = wanted.split()
     if all("=" in t for t in tokens) and set(tokens) <= set(overrides.split()):

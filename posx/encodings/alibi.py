@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from posx.encodings.base import PositionalEncoding, add_head_dim, as_float, relative_distance
+from posx.kernels.flex.attention import ScoreMod, position_reader
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
@@ -47,3 +48,20 @@ class ALiBi(PositionalEncoding):
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         dist = relative_distance(as_float(q_pos), as_float(k_pos))  # [(b,) sq, sk]
         return add_head_dim(-dist.unsqueeze(-1) * self.slopes)
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+        """``-slope[h] (q - k)`` computed per pair, not read from a per-distance table.
+
+        Measured on an H200 (torch 2.11, 12 heads of 64, bf16; scripts/probe_gpu.py): one
+        causal FlexAttention call at 16k tokens took 9.61 ms with the table (the positions and
+        the table read per pair; flash SDPA: 0.95 ms) and 3.12 ms computing the bias from the
+        positions; training at 8 x 1,024, forward and backward, 1.79 ms and 1.23 ms. The
+        slopes are a buffer: no gradient flows into the captured tensor.
+        """
+        pair, slopes = position_reader(q_pos, k_pos), self.slopes
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            qp, kp = pair(b, q_idx, kv_idx)
+            return score - (slopes[h] * (qp - kp)).to(score.dtype)
+
+        return score_mod

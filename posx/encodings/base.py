@@ -36,6 +36,8 @@ class PositionalEncoding(nn.Module):
             then evaluate it once per distance (a ``[h, distances]`` table), which is how
             FlexAttention runs it; a bias that also reads the positions themselves must leave
             this ``False``.
+        score_mod_trains: Its own ``score_mod`` can be differentiated by FlexAttention's
+            compiled CUDA backward; ``False`` sends training to the blocked kernel (FIRE).
         score_bytes: Memory per attention score that training keeps (see below).
         block_score_bytes: Memory per attention score of one query block in evaluation.
         needs_structure: Its ``pos`` must come from a strategy that reads the task's token
@@ -45,6 +47,7 @@ class PositionalEncoding(nn.Module):
     max_len: int | None = None
     needs_structure: bool = False
     relative_bias: bool = False
+    score_mod_trains: bool = True
     # Memory per attention score (one query, key and head) when the encoding computes attention
     # itself or learns its bias, which posx.runs.resources uses to refuse what cannot fit before
     # allocating: training keeps every score of every layer for the backward pass
@@ -95,8 +98,9 @@ class PositionalEncoding(nn.Module):
 
     def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
         """The bias as FlexAttention's ``score_mod``, for a bias that no per-distance table can
-        stand for (it reads the query's own position: FIRE). Encodings with
-        ``relative_bias`` need not override this: attention tabulates their bias by distance.
+        stand for (it reads the query's own position: FIRE) or that is cheaper to compute per
+        pair than to read from a table (ALiBi). Encodings with ``relative_bias`` need not
+        override this: attention tabulates their bias by distance.
 
         The function is scalar code, as FlexAttention's compiler requires, and must equal
         ``bias(q_pos, k_pos)`` at every pair; its indexing broadcasts, so tests evaluate it on

@@ -25,6 +25,12 @@ from posx.kernels.flex.mods import LogDistance, mlp_score_mod, piecewise_score_m
 class FIRE(PerLayer):
     """Learned MLP of the progressively normalised log distance.
 
+    Training on CUDA takes the blocked kernel (``score_mod_trains``): FlexAttention's compiled
+    backward (torch 2.11 on an H200) refused the unrolled MLP's captured weights, indexed per
+    unit ("multiple indexing operations on the same tensor that requires gradients"), and,
+    captured one 0-d tensor per unit, failed lowering their gradients. Evaluation (the
+    piecewise-linear form, no gradient) runs in FlexAttention.
+
     Args:
         n_heads: Number of attention heads (MLP outputs).
         n_layers: Number of layers.
@@ -35,6 +41,8 @@ class FIRE(PerLayer):
         per_layer: One FIRE per layer (else one shared by all layers).
         eps: Added to the normaliser so it is never 0.
     """
+
+    score_mod_trains = False
 
     def __init__(
         self,

@@ -158,6 +158,7 @@ class LayerView(PositionalEncoding):
         self._has_bias, self._has_attend = owner.has_bias, owner.has_attend
         self._has_score_mod, self._has_flex_scores = owner.has_score_mod, owner.has_flex_scores
         self.relative_bias = owner.relative_bias  # FlexAttention's per-distance table applies
+        self.score_mod_trains = owner.score_mod_trains
         # The owner's bound methods, not the owner: assigning a module would register it as a
         # child of its own view, a module cycle (owner -> view -> owner).
         self._layer_bias = owner.layer_bias

@@ -72,6 +72,10 @@ def choose_kernel(
     """
     check_kernel(kernel)
     flex_runs = not (needs_grad and device.type != "cuda")
+    # a score_mod whose gradient FlexAttention's compiled backward cannot take (FIRE's MLP)
+    flex_runs = flex_runs and not (
+        needs_grad and encoding.has_score_mod and not encoding.score_mod_trains
+    )
     flex_runs = flex_runs and flex_unsupported_reason(encoding, flex_available) is None
     if encoding.has_attend:
         # Opt-in: auto keeps attend until a GPU measures both (scripts/bench_gpu.py's [flex]).

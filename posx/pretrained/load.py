@@ -12,17 +12,19 @@ user asks (``--allow-download``), and ``HF_HUB_OFFLINE`` still wins then.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from posx.errors import ConfigError, PosxError, one_line
+
+if TYPE_CHECKING:  # torch comes with loading: finding a model (a run's name) needs none of it
+    import torch
 
 HF_MODEL_PREFIX = "hf:"
 EXTRA = "pip install 'posx[transformers]'"
@@ -83,9 +85,19 @@ def model_name(word: str) -> str:
 
 def directory_hash(path: Path) -> str:
     """SHA-256 over every file of a model directory (names and contents, sorted), so a run
-    records exactly which weights and tokenizer it evaluated."""
+    records exactly which weights and tokenizer it evaluated. Read once per process while the
+    files stay as they are (``posx extend hf:`` names its run, then plans it: one pass over a
+    model's gigabytes, not two)."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and ".cache" not in p.parts)
+    stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _hash_files(path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _hash_files(path: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
+    """:func:`directory_hash` of the files ``stamp`` names (path, size, modification time)."""
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and ".cache" not in p.parts):
+    for file in (Path(name) for name, _, _ in stamp):
         digest.update(str(file.relative_to(path)).encode() + b"\0")
         with open(file, "rb") as f:
             while chunk := f.read(HASH_CHUNK):
@@ -240,6 +252,8 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     Raises:
         ConfigError: An unknown name.
     """
+    import torch
+
     table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -250,6 +264,8 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``bf16`` (as ``eval.csv``'s ``precision`` column says it)."""
+    import torch
+
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 

@@ -12,6 +12,9 @@ import yaml
 from posx.errors import ConfigError
 from posx.pretrained.evaluate import Settings
 from posx.pretrained.passkey import DEPTHS
+from posx.ruler.registry import parse_tasks
+
+SUITES = ("text", "ruler")
 
 # key=value settings `posx eval hf:...` takes, with their defaults
 DEFAULTS: dict[str, Any] = {
@@ -24,6 +27,10 @@ DEFAULTS: dict[str, Any] = {
     "eval.seed": 0,
     "passkey.trials": 5,
     "passkey.depths": list(DEPTHS),
+    "ruler.tasks": "all",
+    "ruler.samples": 10,
+    "ruler.template": "base",
+    "ruler.threshold": 85.6,
     "train_length": None,
     "label": None,
     "experiment": None,
@@ -53,6 +60,8 @@ class Request:
         run_dir: The run directory to write (an extension's own), else the model's under
             ``root/pretrained/``.
         record: What ``run.json`` records beside the evaluation (an extension's lineage).
+        suites: What to evaluate: ``text`` (perplexity over the held-out text) and/or
+            ``ruler`` (RULER's tasks, the ``ruler.*`` settings).
     """
 
     word: str
@@ -71,6 +80,7 @@ class Request:
     sweep_dir: Path | None = None
     run_dir: Path | None = None
     record: dict[str, Any] = field(default_factory=dict)
+    suites: tuple[str, ...] = ("text",)
 
 
 def parse_values(overrides: list[str]) -> dict[str, Any]:
@@ -103,7 +113,13 @@ def check_values(values: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: A value of the wrong kind, said with what is allowed.
     """
-    for key in ("eval.tokens", "eval.batch_tokens", "passkey.trials", "train_length"):
+    for key in (
+        "eval.tokens",
+        "eval.batch_tokens",
+        "passkey.trials",
+        "train_length",
+        "ruler.samples",
+    ):
         value = values[key]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value <= 0):  # fmt: skip
@@ -115,4 +131,29 @@ def check_values(values: dict[str, Any]) -> dict[str, Any]:
         or not all(isinstance(d, (int, float)) and 0 <= d <= 1 for d in depths)
     ):
         raise ConfigError(f"passkey.depths must be a list of numbers in [0, 1], got {depths!r}")
+    threshold = values["ruler.threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise ConfigError(f"ruler.threshold must be a score in percent, got {threshold!r}")
+    if values["ruler.template"] not in ("base", "chat"):
+        raise ConfigError(f"ruler.template must be base or chat, got {values['ruler.template']!r}")
+    try:
+        values["ruler.tasks"] = parse_tasks(values["ruler.tasks"])
+    except ValueError as err:
+        raise ConfigError(f"ruler.tasks: {err}") from err
     return values
+
+
+def parse_suites(text: str | None) -> tuple[str, ...]:
+    """``--suite text,ruler`` -> ``("text", "ruler")`` (default ``text``).
+
+    Raises:
+        ConfigError: An unknown suite.
+    """
+    names = [s.strip() for s in (text or "text").split(",") if s.strip()]
+    bad = [s for s in names if s not in SUITES]
+    if bad or not names:
+        raise ConfigError(
+            f"unknown --suite {bad[0] if bad else text!r}; choose from {', '.join(SUITES)} "
+            "(comma-separated: text,ruler)"
+        )
+    return tuple(dict.fromkeys(names))

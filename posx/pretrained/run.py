@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,45 +26,19 @@ from posx.evaluation.memory import heap_frozen
 from posx.pretrained import load
 from posx.pretrained.evaluate import evaluate_text
 from posx.pretrained.memory import check_pretrained_fits, parameter_count
+from posx.pretrained.naming import model_fingerprint, model_label, run_directory, trained_length
 from posx.pretrained.passkey import evaluate_passkey
 from posx.pretrained.request import Request
+from posx.pretrained.ruler.run import GENERATION_KEYS, GENERATIONS, prepare_ruler, run_ruler
 from posx.pretrained.scaling import rope_parameters
 from posx.pretrained.text import held_out_bytes, tokenize_held_out
 from posx.pretrained.track import recorded_loggers, send_rows
-from posx.runtime.distributed import pick_device
+from posx.report.data import tokenizer_unit
+from posx.runtime.distributed import World, init_process_group, pick_device, world
 from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, write_json
 
 log = logging.getLogger(__name__)
 ROW_KEYS = ["task", "eval_length", "mode", "window", "stride", "overrides"]
-RUNS_DIR = "pretrained"
-
-
-def model_label(name: str, given: str | None) -> str:
-    """The row label: ``label=`` or the model's last path part, as a claim can name it (an
-    extension's ``+yarn×4+ft@16384`` kept, as posx's own extensions are named)."""
-    text = given or Path(name.rstrip("/")).name or name
-    text = re.sub(r"[^A-Za-z0-9_.\-+×@]", "-", str(text))
-    return text if text[:1].isalpha() else f"m{text}"
-
-
-def trained_length(config: Any, given: int | None) -> tuple[int, str]:
-    """The model's trained context and where it was read.
-
-    Raises:
-        ConfigError: The config says none and ``train_length=N`` was not given.
-    """
-    if given:
-        return given, "train_length="
-    params = rope_parameters(config) or {}
-    if params.get("original_max_position_embeddings"):
-        return int(params["original_max_position_embeddings"]), "original_max_position_embeddings"
-    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
-        if getattr(config, key, None):
-            return int(getattr(config, key)), key
-    raise ConfigError(
-        f"the config of {config.model_type} names no trained context length; give it as "
-        "train_length=N"
-    )
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
@@ -102,7 +75,7 @@ def load_for_eval(request: Request) -> Loaded:
     source = load.find_model(request.word, request.revision, request.allow_download)
     trust = load.check_code(source, request.trust_remote_code, load.known_model_types())
     config = load.load_config(source, trust)
-    device = pick_device(request.device)
+    device = pick_device(request.device, world())
     dtype = load.pick_dtype(request.dtype, device)
     trained, origin = trained_length(config, request.values["train_length"])
     params = parameter_count(config, transformers, trust)
@@ -142,10 +115,21 @@ def load_for_eval(request: Request) -> Loaded:
     return Loaded(model, tokenizer, source, trained, info, device)
 
 
-def run_directory(root: Path, label: str, revision: str) -> Path:
-    """``<root>/pretrained/<label>_<12 hex of the revision>``."""
-    short = re.sub(r"[^0-9a-f]", "", revision.split(":")[-1].lower())[:12] or "local"
-    return root / RUNS_DIR / f"{label}_{short}"
+def processes(request: Request) -> World:
+    """This process's place under ``torchrun`` (joining its process group), or a single process.
+
+    Raises:
+        ConfigError: Several processes asked for more than RULER, whose samples they share.
+    """
+    w = world()
+    if not w.distributed:
+        return w
+    if request.suites != ("ruler",) or request.passkey:
+        raise ConfigError(
+            "under torchrun, posx eval hf: shares RULER's samples among the processes: use "
+            "--suite ruler alone, and evaluate text or --passkey in one process"
+        )
+    return init_process_group()
 
 
 def evaluate_pretrained(
@@ -166,6 +150,7 @@ def evaluate_pretrained(
     """
     check_writable(request.root)
     s, values = request.settings, request.values
+    w = processes(request)
     raw, corpus = held_out_bytes(
         values["task.corpus"], float(values["task.val_fraction"]), values["task.max_bytes"],
         values["task.val_corpus"],
@@ -175,10 +160,19 @@ def evaluate_pretrained(
     run = request.run_dir or run_directory(request.root, label, loaded.source.revision)
     text = tokenize_held_out(loaded.tokenizer, raw, corpus)
     show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
+    ruler = None
+    if "ruler" in request.suites:
+        ruler = prepare_ruler(
+            loaded.tokenizer, loaded.source.name, loaded.info["tokenizer"]["sha256"], values,
+            s.lengths, request.root, text.text,
+        )  # fmt: skip
+    rows, buckets = [], []
+    said: list[dict[str, Any]] = []
     with heap_frozen():  # each length collects garbage first: only what the sweep made
-        rows, buckets = evaluate_text(
-            loaded.model, text, s, loaded.trained, loaded.device, show("text")
-        )
+        if "text" in request.suites:
+            rows, buckets = evaluate_text(
+                loaded.model, text, s, loaded.trained, loaded.device, show("text")
+            )
         rows = [{"task": "text", **r} for r in rows]
         buckets = [{"task": "text", **b} for b in buckets]
         if request.passkey:
@@ -188,30 +182,46 @@ def evaluate_pretrained(
                 values["eval.seed"], show("passkey"),
             )  # fmt: skip
             rows += [{"task": "passkey", **r} for r in keyed]
+        if ruler is not None:
+            found, said = run_ruler(
+                loaded.model, ruler, values, s.variants, loaded.trained, loaded.device,
+                s.batch_tokens, (lambda r: on_row(r["task"], r)) if on_row else None,
+                rank=w.rank, size=w.size,
+            )  # fmt: skip
+            rows += found
     info = {**_run_json(run, label, loaded, text.describe, values), **request.record}
     chosen = {**recorded_loggers(run), **request.logger}
     if chosen:
         info["logger"] = chosen
     ident = _ident(info, loaded, values)
     rows = [{**ident, **r} for r in rows]
+    if not w.is_main:  # under torchrun the first process writes
+        return run, rows
     run.mkdir(parents=True, exist_ok=True)
     write_json(run / "run.json", info)
     merge_rows(run / "eval.csv", rows, ROW_KEYS)
     merge_rows(
         run / "eval_positions.csv", [{**ident, **b} for b in buckets], ROW_KEYS, replaces=rows
     )
+    if said:
+        merge_rows(run / GENERATIONS, said, GENERATION_KEYS)
     for problem in send_rows(run, info, rows, chosen, request.sweep_dir):
         (on_warning or _warn)(problem)
     return run, rows
 
 
 def progress_line(word: str, task: str, row: dict[str, Any]) -> str:
-    """One length's progress line: ``hf:NAME text L=8192 (as saved): loss 2.1034 in 41.2s``."""
-    done = (
-        f"loss {row['loss']:.4f} in {row['seconds']:.1f}s"
-        if row["status"] == "ok"
-        else f"{row['status']}: {row['reason']}"
-    )
+    """One length's progress line: ``hf:NAME text L=8192 (as saved): loss 2.1034 in 41.2s``
+    (a RULER task: ``score 85.00 [63.96, 94.76] of 20 in 3.1s``)."""
+    if row["status"] != "ok":
+        done = f"{row['status']}: {row['reason']}"
+    elif "score" in row:
+        done = (
+            f"score {row['score']:.2f} [{row['score_low']:.2f}, {row['score_high']:.2f}] of "
+            f"{row['samples']} in {row['seconds']:.1f}s"
+        )
+    else:
+        done = f"loss {row['loss']:.4f} in {row['seconds']:.1f}s"
     return f"{word} {task} L={row['eval_length']} ({row.get('overrides') or 'as saved'}): {done}"
 
 
@@ -230,6 +240,10 @@ def _run_json(
         "task": "text",
         "model": "pretrained",
         "seed": 0,
+        # what an extension's `parent` names, so base and extension pair (posx.claims.lineage)
+        "fingerprint": model_fingerprint(
+            loaded.source.revision, loaded.info["tokenizer"]["sha256"]
+        ),
         "train_length": loaded.trained,
         "pretrained": loaded.info,
         "corpus": corpus,
@@ -240,18 +254,19 @@ def _run_json(
 
 
 def _ident(info: dict[str, Any], loaded: Loaded, values: dict[str, Any]) -> dict[str, Any]:
-    fingerprint = hashlib.sha256(
-        f"{loaded.source.revision}|{loaded.info['tokenizer']['sha256']}".encode()
-    ).hexdigest()[:16]
+    """The columns every row of the run shares; the seed and fingerprint are ``run.json``'s
+    (an extension records its own: its seed, and its settings with its base's identity)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "run": info["run"],
         "encoding": info["encoding"],
         "model": info["model"],
-        "seed": 0,
+        "seed": int(info.get("seed") or 0),
         "train_length": info["train_length"],
         "eval_seed": values["eval.seed"],
-        "fingerprint": fingerprint,
+        "fingerprint": str(info["fingerprint"]),
+        # lengths count this tokenizer's tokens: a report never puts them beside another's
+        "length_unit": tokenizer_unit(loaded.info["tokenizer"]["sha256"]),
         "device": loaded.device.type,
         "precision": loaded.info["dtype"],
         "model_id": loaded.source.name,

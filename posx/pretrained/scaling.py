@@ -21,14 +21,15 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from posx.encodings.rope_scaling import ntk_base
 from posx.errors import ConfigError
 
+if TYPE_CHECKING:  # the names and configs here need no torch (a run's name is made before it)
+    import torch
+
 HF_TYPES = {"linear": "linear", "dynamic_ntk": "dynamic", "yarn": "yarn", "llama3": "llama3"}
+POSX_TYPES = {hf: posx for posx, hf in HF_TYPES.items()}
 VARIANT_TYPES = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
 
 
@@ -88,18 +89,72 @@ def rotary_dim(config: Any) -> int:
     return int(head * fraction)
 
 
-def scaled_config(config: Any, variant: Variant, trained: int) -> Any:
-    """A copy of ``config`` with ``variant``'s scaling in its ``rope_parameters``.
+def saved_scaling(config: Any) -> dict[str, Any] | None:
+    """The RoPE scaling a config already carries (its ``rope_parameters`` when their type is
+    not ``default``), else None."""
+    params = rope_parameters(config)
+    if params is None or params.get("rope_type") in (None, "default"):
+        return None
+    return params
+
+
+def describe_scaling(params: dict[str, Any]) -> str:
+    """``rope_type llama3, factor 8 over 32 tokens``: a saved scaling, in words."""
+    over = params.get("original_max_position_embeddings")
+    return f"rope_type {params['rope_type']}, factor {params.get('factor', 1):g}" + (
+        f" over {over} tokens" if over else ""
+    )
+
+
+def composition_problem(config: Any, variant: Variant, what: str) -> str:
+    """Why ``variant`` cannot go on top of the scaling ``config`` already carries (``""`` when it
+    can): a scaling of the same type composes (the factors multiply, over the same original
+    context), static NTK raises θ under any type, and another type would replace the saved one,
+    so it is refused rather than silently dropping it. ``what`` names the asker in the reason
+    (``extension=yarn``, ``--variant yarn:2``)."""
+    saved = saved_scaling(config)
+    if saved is None or variant.type in ("none", "ntk"):
+        return ""
+    if HF_TYPES[variant.type] == saved["rope_type"]:
+        return ""
+    same = POSX_TYPES.get(str(saved["rope_type"]))
+    fix = f"{same} (the factors multiply) or ntk" if same else "ntk"
+    return (
+        f"{config.model_type} already carries a RoPE scaling ({describe_scaling(saved)}); {what} "
+        f"would replace it, not compose with it: scale it with {fix}"
+    )
+
+
+def scaled_config(config: Any, variant: Variant, trained: int, what: str = "") -> Any:
+    """A copy of ``config`` with ``variant``'s scaling in its ``rope_parameters``; on a config
+    that already carries a scaling, composed with it (:func:`composition_problem`).
+
+    Args:
+        config: The model's config.
+        variant: The scaling.
+        trained: The context the scaling counts from when the config carries none.
+        what: Who asks, for a refusal (default: ``--variant TYPE:FACTOR``).
 
     Raises:
-        ConfigError: The model has no (single) RoPE to scale.
+        ConfigError: The model has no (single) RoPE to scale, or carries a scaling of another
+            type.
     """
     params = rope_parameters(config)
     if params is None:
         raise ConfigError(f"{config.model_type} has no rotary positions to scale")
+    asker = what or f"--variant {variant.type}:{variant.factor:g}"
+    problem = composition_problem(config, variant, asker)
+    if problem:
+        raise ConfigError(problem)
     new = copy.deepcopy(config)
     base = dict(params)
+    saved = saved_scaling(config)
+    if saved is not None and variant.type != "ntk":  # the same type: the factors multiply
+        new.rope_parameters = {**base, "factor": float(base.get("factor", 1)) * variant.factor}
+        return new
     if variant.type == "ntk":
+        from posx.encodings.rope_scaling import ntk_base
+
         # static NTK-aware: a larger base, the model's own rope type otherwise
         base["rope_theta"] = ntk_base(float(base["rope_theta"]), variant.factor, rotary_dim(config))
         new.rope_parameters = base
@@ -147,13 +202,17 @@ class Scaler:
         self.rope = rope_parameters(model.config) is not None and bool(self.saved)
 
     def unsupported_reason(self, variant: Variant) -> str:
-        """Why ``variant`` cannot apply to this model (``""`` when it can)."""
-        if variant.type == "none" or self.rope:
+        """Why ``variant`` cannot apply to this model (``""`` when it can): no RoPE, or a saved
+        scaling of another type it would replace (:func:`composition_problem`)."""
+        if variant.type == "none":
             return ""
-        return (
-            f"{self.model.config.model_type} has no rotary positions to scale (its positions "
-            "are not RoPE)"
-        )
+        if not self.rope:
+            return (
+                f"{self.model.config.model_type} has no rotary positions to scale (its "
+                "positions are not RoPE)"
+            )
+        what = f"--variant {variant.type}:{variant.factor:g}"
+        return composition_problem(self.model.config, variant, what)
 
     def apply(self, variant: Variant) -> dict[str, Any] | None:
         """Puts ``variant``'s rotary embeddings into the model.

@@ -28,7 +28,7 @@ from posx.config.paths import CONFIG_DIR, searchpath_override, user_config_dirs
 from posx.config.validate import parse_buckets, positive_lengths
 from posx.errors import ConfigError, PosxError
 from posx.pretrained.evaluate import Settings
-from posx.pretrained.request import DEFAULTS, Request, check_values
+from posx.pretrained.request import DEFAULTS, Request, check_values, parse_suites
 from posx.pretrained.run import evaluate_pretrained, progress_line
 from posx.pretrained.scaling import parse_variant
 from posx.pretrained.track import CONFIG_NAME, compose_pretrained
@@ -72,7 +72,7 @@ def request_from_config(cfg: DictConfig, sweep_dir: Path | None = None) -> Reque
         f"hf:{cfg.hf}", settings, values, bool(e.passkey), Path(str(cfg.root)), str(cfg.device),
         str(cfg.dtype), cfg.device_map, [str(t) for t in cfg.trust_remote_code or []],
         cfg.revision, bool(cfg.allow_download), parse_size(cfg.max_memory, "max_memory"),
-        selected(cfg), sweep_dir,
+        selected(cfg), sweep_dir, suites=parse_suites(str(e.get("suite") or "text")),
     )  # fmt: skip
 
 

@@ -18,7 +18,9 @@ from posx.report.labels import label_rows, parse_by
 from posx.report.plots.data import position_values, run_labels
 from posx.report.plots.selection import Plots
 from posx.report.rank import RANK_LENGTHS, rank_table
+from posx.report.ruler import ruler_sections
 from posx.report.tables import Section, WideTable, pivot, summarize
+from posx.ruler.scoring import THRESHOLD
 
 # Runs named in the warning about runs without a saved config; the count says how many more.
 UNSAVED_NAMED = 3
@@ -76,6 +78,7 @@ def make_report(
     where: Sequence[str] | None = None,
     learned: float = LEARNED,
     learned_loss: float | None = None,
+    threshold: float = THRESHOLD,
 ) -> Report:
     """Loads, filters and summarises every result below ``root``.
 
@@ -104,6 +107,7 @@ def make_report(
             (:mod:`posx.report.rank`); 0 = off.
         learned_loss: The same for lower-is-better metrics (loss, bpb): marked when above
             this; None = off.
+        threshold: The RULER average the effective length needs (percent).
     """
     check_options(rank_lengths, digits, learned, learned_loss)
     filters = Filters(tasks, encodings, modes, variants)
@@ -126,6 +130,7 @@ def make_report(
         warnings=warnings,
         root=root,
         rows=frame,
+        sections=ruler_sections(frame, threshold),
     )
 
 
@@ -161,12 +166,23 @@ def load_rows(
     """
     frame = load_evals(root)
     by_cols = parse_by(by, frame)
-    conditions = parse_where(where, frame)
-    frame = where_rows(filters.apply(frame), conditions)
+    frame = filter_rows(frame, filters, where)
     if frame.empty:
         raise ConfigError(f"no eval rows under {root} match the filters")
     frame, warnings = drop_duplicate_runs(frame)
     return frame, by_cols, warnings + config_warnings(frame)
+
+
+def filter_rows(frame: pd.DataFrame, filters: Filters, where: Sequence[str] | None) -> pd.DataFrame:
+    """The rows that pass ``--task``/``--encoding``/``--mode``/``--variant`` and every
+    ``--where KEY=VALUE`` (parsed against all of ``frame``, before the filters): what ``posx
+    report`` shows and ``posx check`` judges.
+
+    Raises:
+        ConfigError: A bad ``--where``, or a filter value that matches no row.
+    """
+    conditions = parse_where(where, frame)
+    return where_rows(filters.apply(frame), conditions)
 
 
 def config_warnings(frame: pd.DataFrame) -> list[str]:

@@ -149,13 +149,65 @@ def learned_rows(
     Returns:
         Bool per summary row, aligned with ``summary``.
     """
-    ident = summary[keys].astype(str).agg("\x1f".join, axis=1)  # one string per configuration
+    ident = _ident(summary, keys)
     home = summary[(summary["eval_length"] == summary["train_length"]) & (summary["n"] > 0)]
-    failed = set()
-    for i, rec in home.iterrows():
-        metric, value = str(rec["metric"]), float(rec["mean"])
-        if is_accuracy(metric) and learned > 0:
-            failed |= {ident[i]} if value < learned else set()
-        elif not is_accuracy(metric) and lower_is_better(metric) and learned_loss is not None:
-            failed |= {ident[i]} if value > learned_loss else set()
+    failed = {
+        ident[i]
+        for i, metric, value in zip(home.index, home["metric"], home["mean"], strict=True)
+        if not value_learned(str(metric), float(value), learned, learned_loss)
+    }
     return ~ident.isin(failed)
+
+
+def value_learned(
+    metric: str, value: float, learned: float = LEARNED, learned_loss: float | None = None
+) -> bool:
+    """Whether one value at the training length (a row's mean, or one seed's) counts as
+    learned: an accuracy-like metric at or above ``learned``, a lower-is-better one at or
+    below ``learned_loss``; every value where the threshold is off."""
+    if is_accuracy(metric) and learned > 0:
+        return value >= learned
+    if not is_accuracy(metric) and lower_is_better(metric) and learned_loss is not None:
+        return value <= learned_loss
+    return True
+
+
+def seeds_not_learned(
+    rows: pd.DataFrame,
+    summary: pd.DataFrame,
+    keys: list[str],
+    learned: float = LEARNED,
+    learned_loss: float | None = None,
+) -> pd.Series:
+    """How many seeds of each summary row's configuration did not learn its task: the same
+    rule as :func:`learned_rows`, asked of each seed's own value at the training length.
+
+    A row whose mean learned may still hold a seed that did not (0.95, 0.95, 0.02 at the
+    training length: mean 0.64); the report marks it and ``posx check`` leaves that seed out.
+
+    Args:
+        rows: Eval rows with ``metric``, ``value`` (in the table's units), ``seed``,
+            ``train_length`` and ``eval_length``, one per seed and configuration and length.
+        summary: ``tables.summarize``'s long table.
+        keys: Columns that identify one configuration's row of a table.
+        learned: Threshold for accuracy-like metrics (0 = off).
+        learned_loss: Threshold for lower-is-better metrics (None = off).
+
+    Returns:
+        Int per summary row, aligned with ``summary``.
+    """
+    home = rows[(rows["eval_length"] == rows["train_length"]) & rows["value"].notna()]
+    below = [
+        not value_learned(str(m), float(v), learned, learned_loss)
+        for m, v in zip(home["metric"], home["value"], strict=True)
+    ]
+    failed = home[pd.Series(below, index=home.index, dtype=bool)]
+    counts = failed.assign(_ident=_ident(failed, keys)).groupby("_ident")["seed"].nunique()
+    return _ident(summary, keys).map(counts).fillna(0).astype(int)
+
+
+def _ident(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """One string per configuration (the values of ``keys``)."""
+    if frame.empty:
+        return pd.Series("", index=frame.index, dtype=str)
+    return frame[keys].astype(str).agg("\x1f".join, axis=1)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posx.config.variant_names import long_label, short_label
+from posx.config.variant_names import canonical, long_label, short_label
 from posx.config.variant_names import matches as variant_matches
 from posx.errors import ConfigError, PosxError, PosxWarning
 from posx.report.configs import PREFIX, attach_configs, config_column
@@ -33,6 +33,7 @@ LOWER_IS_BETTER = {
     "bpb": True,
     "acc": False,
     "exact_match": False,
+    "score": False,  # RULER's, percent
     "seconds": True,
     "tokens_per_s": False,
     "peak_mem_mb": True,
@@ -100,6 +101,14 @@ def _skip(damaged: list[str]) -> None:
         warnings.warn(f"skipping: {why}", PosxWarning, stacklevel=3)
 
 
+def tokenizer_unit(sha256: str) -> str:
+    """The length unit of a pretrained model's rows: its tokens, named by its tokenizer
+    (``tokens (tokenizer 1a2b3c4d)``, the SHA-256 of its definition that ``run.json``
+    records), so a length column never holds another tokenizer's tokens (``length_unit``
+    splits tables)."""
+    return f"tokens (tokenizer {sha256[:8]})"
+
+
 def load_evals(root: Path) -> pd.DataFrame:
     """Every ``eval.csv`` row below ``root``, normalised; a damaged table is skipped with a
     warning, and when every one is damaged (or there are none) it is an error."""
@@ -110,7 +119,23 @@ def load_evals(root: Path) -> pd.DataFrame:
     if not frames:
         raise ConfigError(f"no eval.csv found under {root}; run `posx train` or `posx eval` first")
     _skip(damaged)
-    return byte_units(attach_configs(normalize(pd.concat(frames, ignore_index=True)), root))
+    frame = byte_units(attach_configs(normalize(pd.concat(frames, ignore_index=True)), root))
+    return tokenizer_units(frame, root)
+
+
+def tokenizer_units(frame: pd.DataFrame, root: Path) -> pd.DataFrame:
+    """Rows of pretrained models evaluated before their rows named their tokenizer say
+    ``tokens``; their ``run.json`` records the tokenizer (:func:`tokenizer_unit`)."""
+    old = frame["length_unit"] == "tokens"
+    if "model" in frame:
+        old &= frame["model"] == "pretrained"
+    for run in frame.loc[old, "run_dir"].unique() if "run_dir" in frame else []:
+        recorded = SavedRun(root / run).recorded.get("pretrained")
+        tokenizer = recorded.get("tokenizer") if isinstance(recorded, dict) else None
+        sha = tokenizer.get("sha256") if isinstance(tokenizer, dict) else None
+        if isinstance(sha, str) and sha:
+            frame.loc[old & (frame["run_dir"] == run), "length_unit"] = tokenizer_unit(sha)
+    return frame
 
 
 def byte_units(frame: pd.DataFrame) -> pd.DataFrame:
@@ -130,7 +155,8 @@ def load_positions(root: Path) -> pd.DataFrame | None:
     _skip(damaged)
     if not frames:
         return None
-    return byte_units(attach_configs(normalize(pd.concat(frames, ignore_index=True)), root))
+    frame = byte_units(attach_configs(normalize(pd.concat(frames, ignore_index=True)), root))
+    return tokenizer_units(frame, root)
 
 
 def load_training(root: Path) -> pd.DataFrame | None:
@@ -233,7 +259,11 @@ def select(
         if not wanted:
             continue
         have = sorted(frame[col].astype(str).unique())
-        unknown = [w for w in wanted if w not in have]
+        if col == "encoding":  # `rope+yarnx4+ft@256` is `rope+yarn×4+ft@256`, as --variant takes
+            typed, wanted = wanted, [w if w in have else canonical(w) for w in wanted]
+            unknown = [t for t, w in zip(typed, wanted, strict=True) if w not in have]
+        else:
+            unknown = [w for w in wanted if w not in have]
         if unknown and strict:
             raise ConfigError(
                 f"no results for {option} {unknown[0]!r}; available: {', '.join(have)}"

@@ -12,16 +12,17 @@ from __future__ import annotations
 import pandas as pd
 from rich.text import Text
 
-from posx.report.chance import NOT_LEARNED
 from posx.report.fit import Column, FittedTable
 from posx.report.tables import (
     SEQUENCE_UNITS,
     Section,
     WideTable,
     cell_parts,
+    learned_mark,
     length_header,
     length_unit,
     row_label,
+    sequence_unit,
     tex_length,
     title,
 )
@@ -38,6 +39,11 @@ UNLEARNED_NOTE = (
     "the loss of --learned-loss): shown and ranked last, never bold"
 )
 
+SEEDS_UNLEARNED_NOTE = (
+    "k of n seeds not learned = the row's mean learned, but k seeds are below --learned at the "
+    "training length on their own: the mean includes them, posx check leaves them out"
+)
+
 
 def legend(tables: list[WideTable]) -> str:
     """The legend under the tables: how to read a cell, what the length columns count (only the
@@ -45,16 +51,19 @@ def legend(tables: list[WideTable]) -> str:
     learned`` where a row is marked so."""
     units = {length_unit(t.meta) for t in tables}
     parts = [LEGEND_CELLS]
-    sequence = [u for u in SEQUENCE_UNITS if u in units] or ([] if units else ["tokens"])
+    counted = {sequence_unit(u) for u in units}
+    sequence = [u for u in SEQUENCE_UNITS if u in counted] or ([] if units else ["tokens"])
     if sequence:  # L=64 counts tokens or bytes: each table's title says which
         which = " (as its table's title says)" if len(sequence) > 1 else ""
         parts.append(f"L = eval length in {' or '.join(sequence)}{which}")
     parts += [LEGEND_DIGITS] if "digits" in units else []
-    other = sorted(units - {*SEQUENCE_UNITS, "digits"})
+    other = sorted(u for u in units if not sequence_unit(u) and u != "digits")
     parts += [f"a column named N {u}: eval length in {u}" for u in other]
     parts.append(LEGEND_RATIO)
     if any(t.not_learned for t in tables):
         parts.append(UNLEARNED_NOTE)
+    if any(t.seeds_not_learned for t in tables):
+        parts.append(SEEDS_UNLEARNED_NOTE)
     return "; ".join(parts)
 
 
@@ -117,8 +126,9 @@ def _rich_table(t: WideTable, digits: int, ratio: bool) -> FittedTable:
     labels = []
     for row in t.rows:
         label = Text(row)
-        if row in t.not_learned:  # on its own line
-            label.append(f"\n{NOT_LEARNED}", style="italic")
+        mark = learned_mark(t, row)
+        if mark:  # in parentheses after it: on a line alone it read as a row
+            label.append(f" ({mark})", style="italic")
         labels.append(label)
     values = [
         Column(length_header(t.meta, length),

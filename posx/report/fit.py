@@ -23,6 +23,46 @@ PER_COLUMN = 3
 LABEL_MIN = 16
 
 
+def label_pieces(text: str) -> list[str]:
+    """A label's unbreakable pieces, each with what follows it: a label breaks after ``+``
+    and at spaces outside parentheses (``rope+`` ``yarn×4+`` ``ft@256 `` ``· ``
+    ``L_train=256``; ``(not learned)`` whole), so no line ends inside a part (``ft@2`` /
+    ``56`` would read as another label)."""
+    pieces, current, depth = [], "", 0
+    for i, char in enumerate(text):
+        current += char
+        depth += (char == "(") - (char == ")")
+        after = text[i + 1 : i + 2]
+        if depth <= 0 and (char == "+" or (char == " " and after not in ("", " "))):
+            pieces.append(current)
+            current = ""
+    return [*pieces, current] if current else pieces
+
+
+def fold_label(label: Text, room: int) -> Text:
+    """``label`` in lines of at most ``room`` cells, broken between its pieces
+    (:func:`label_pieces`; a piece wider than ``room`` alone is cut by characters); styles
+    are kept."""
+    if text_width(label) <= room:
+        return label
+    cuts, used, at = [], 0, 0
+    for piece in label_pieces(label.plain):
+        size = Text(piece).cell_len
+        if used and used + len(piece.rstrip()) > room:
+            cuts.append(at)
+            used = 0
+        while used == 0 and size > room:  # one piece wider than the line: by characters
+            at += room
+            cuts.append(at)
+            piece, size = piece[room:], size - room
+        used += size
+        at += len(piece)
+    lines = label.divide(cuts)
+    for line in lines:
+        line.rstrip()
+    return Text("\n").join(line for line in lines if line.plain)
+
+
 def text_width(text: Text | str) -> int:
     """The widest line of ``text``, in terminal cells."""
     plain = text.plain if isinstance(text, Text) else text
@@ -63,10 +103,16 @@ class FittedTable:
     caption: str | None = None
     row_styles: list[str | None] = field(default_factory=list)
 
+    def label_min(self) -> int:
+        """How narrow the labels may fold: :data:`LABEL_MIN`, or a label's longest piece
+        (:func:`label_pieces`) where it is wider, or the labels' own width where narrower."""
+        pieces = [len(p.rstrip()) for c in self.label.cells for p in label_pieces(c.plain)]
+        return min(self.label.width, max(LABEL_MIN, *pieces, 0))
+
     def groups(self, width: int) -> list[list[int]]:
         """The value columns' indices in groups that fit ``width`` beside the labels folded to
-        :data:`LABEL_MIN` and the fixed columns; at least one column per group."""
-        base = 1 + min(self.label.width, LABEL_MIN) + PER_COLUMN
+        :meth:`label_min` and the fixed columns; at least one column per group."""
+        base = 1 + self.label_min() + PER_COLUMN
         base += sum(c.width + PER_COLUMN for c in self.fixed)
         groups: list[list[int]] = []
         current: list[int] = []
@@ -80,16 +126,21 @@ class FittedTable:
             used += need
         return [*groups, current] if current or not groups else groups
 
-    def table(self, part: Sequence[int], caption: str | None = None) -> Table:
-        """The rich table of the value columns ``part`` (with the labels and fixed columns)."""
+    def table(self, part: Sequence[int], caption: str | None, width: int) -> Table:
+        """The rich table of the value columns ``part`` (with the labels and fixed columns) at
+        ``width``: labels wider than the room left are folded between their pieces
+        (:func:`fold_label`), never inside one."""
         table = Table(caption=caption, caption_justify="left")
-        label_min = min(self.label.width, LABEL_MIN)
-        table.add_column(self.label.header, style="bold", overflow="fold", min_width=label_min)
         columns = [*self.fixed, *(self.values[i] for i in part)]
+        room = width - 1 - PER_COLUMN - sum(c.width + PER_COLUMN for c in columns)
+        room = max(room, self.label_min())
+        labels = [fold_label(c, room) for c in self.label.cells]
+        table.add_column(self.label.header, style="bold", no_wrap=True,
+                         min_width=max(map(text_width, labels), default=1))  # fmt: skip
         for column in columns:
             table.add_column(column.header, justify=column.justify, no_wrap=True,
                              min_width=column.width)  # fmt: skip
-        for r, label in enumerate(self.label.cells):
+        for r, label in enumerate(labels):
             style = self.row_styles[r] if r < len(self.row_styles) else None
             table.add_row(label, *(c.cells[r] for c in columns), style=style)
         return table
@@ -102,7 +153,7 @@ class FittedTable:
                 first, end = self.values[part[0]].header, self.values[part[-1]].header
                 span = first if len(part) == 1 else f"{first} to {end}"
                 yield Text(f"({k} of {len(parts)}: {span})", style="dim")
-            yield self.table(part, self.caption if last else None)
+            yield self.table(part, self.caption if last else None, options.max_width)
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement(1, options.max_width)

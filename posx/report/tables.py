@@ -16,7 +16,13 @@ from typing import Any
 import pandas as pd
 
 from posx.errors import PosxError
-from posx.report.chance import LEARNED, NOT_LEARNED, above_chance, learned_rows
+from posx.report.chance import (
+    LEARNED,
+    NOT_LEARNED,
+    above_chance,
+    learned_rows,
+    seeds_not_learned,
+)
 from posx.report.data import IDENTITY, lower_is_better, metric_by_task, normalize
 from posx.report.labels import Remarks, label_rows, table_keys
 from posx.report.protocols import add_ratio
@@ -55,7 +61,9 @@ def summarize(
         with a value), ``ratio_mean``/``ratio_std`` (the metric relative to the same run at its
         training length), ``status``/``reason`` (``ok``, or why no seed has a value),
         ``margin`` (how far above chance a mean may lie and still be at chance), ``learned``
-        and ``best`` (best of the column among learned rows).
+        (the row's mean at its training length), ``seeds_not_learned`` (how many of its seeds
+        did not learn, each judged on its own value there) and ``best`` (best of the column
+        among learned rows).
 
     Raises:
         PosxError: When one seed of one configuration has two values for a cell (duplicate
@@ -105,6 +113,7 @@ def summarize(
     out["reason"] = out["reason"].fillna("")
     out["margin"] = out["margin"].fillna(0.0)
     out["learned"] = learned_rows(out, row_keys(by), learned, learned_loss)
+    out["seeds_not_learned"] = seeds_not_learned(ok, out, row_keys(by), learned, learned_loss)
     out["best"] = _best(out, by)
     return out.sort_values(keys).reset_index(drop=True)
 
@@ -118,17 +127,24 @@ def length_unit(meta: dict[str, Any]) -> str:
     return str(meta.get("length_unit") or "tokens")
 
 
+def sequence_unit(unit: str) -> str | None:
+    """``tokens`` or ``bytes`` where lengths in ``unit`` are sequence positions (a pretrained
+    model's ``tokens (tokenizer ...)`` too), else None (``digits``)."""
+    head = unit.split(" ", 1)[0]
+    return head if head in SEQUENCE_UNITS else None
+
+
 def length_header(meta: dict[str, Any], length: int) -> str:
     """A length column's header: ``L=64`` for tokens and bytes (the title names which),
     ``5 digits`` for digits."""
     unit = length_unit(meta)
-    return f"L={length}" if unit in SEQUENCE_UNITS else f"{length} {unit}"
+    return f"L={length}" if sequence_unit(unit) else f"{length} {unit}"
 
 
 def tex_length(meta: dict[str, Any], length: int) -> str:
     """:func:`length_header` for LaTeX: ``$L=64$``, ``5 digits``."""
     header = length_header(meta, length)
-    return f"${header}$" if length_unit(meta) in SEQUENCE_UNITS else header
+    return f"${header}$" if sequence_unit(length_unit(meta)) else header
 
 
 def _best(out: pd.DataFrame, by: Sequence[str]) -> pd.Series:
@@ -173,6 +189,8 @@ class WideTable:
     notes: list[str] = field(default_factory=list)
     remarks: list[str] = field(default_factory=list)  # unnumbered lines under the table
     not_learned: set[str] = field(default_factory=set)  # rows below --learned at training length
+    # learned rows with some seeds below --learned at the training length: (those seeds, n)
+    seeds_not_learned: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def metric(self) -> str:
@@ -225,6 +243,8 @@ def pivot(
             table.n[label] = max(table.n.get(label, 0), int(rec.n))
             if not rec.learned:
                 table.not_learned.add(label)
+            elif getattr(rec, "seeds_not_learned", 0) and rec.eval_length == rec.train_length:
+                table.seeds_not_learned[label] = (int(rec.seeds_not_learned), int(rec.n))
             cell = Cell(
                 rec.mean, rec.std, int(rec.n), rec.ratio_mean, rec.ratio_std,
                 rec.status, rec.reason, bool(rec.best), margin=float(rec.margin),
@@ -239,9 +259,22 @@ def pivot(
     return tables
 
 
+def learned_mark(table: WideTable, row: str) -> str:
+    """What a row's label says about learning: ``not learned`` (its mean at the training length
+    is below ``--learned``), ``1 of 3 seeds not learned`` (some seeds are), or nothing."""
+    if row in table.not_learned:
+        return NOT_LEARNED
+    if row in table.seeds_not_learned:
+        failed, n = table.seeds_not_learned[row]
+        return f"{failed} of {n} seeds {NOT_LEARNED}"
+    return ""
+
+
 def row_label(table: WideTable, row: str) -> str:
-    """The row's label as tables show it: ``nope (not learned)`` when it did not learn."""
-    return f"{row} ({NOT_LEARNED})" if row in table.not_learned else row
+    """The row's label as tables show it: ``nope (not learned)`` when it did not learn,
+    ``nope (1 of 3 seeds not learned)`` when some of its seeds did not."""
+    mark = learned_mark(table, row)
+    return f"{row} ({mark})" if mark else row
 
 
 def title(meta: dict[str, Any]) -> str:

@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 # The metric `auto` shows: the first of these a row records, else loss.
-AUTO_METRICS = ("bpb", "exact_match")
+AUTO_METRICS = ("bpb", "score", "exact_match")
 UNITS = {
     "loss": "nats/token",
     "bpb": "bits/byte",
     "ppl": "perplexity, e^loss",
     "acc": "fraction of scored tokens",
     "exact_match": "fraction of sequences",
+    "score": "percent, RULER's string_match_all",
     "exact_match_above_chance": "(exact match − chance) / (1 − chance); 0 = chance, 1 = all",
     "seconds": "s",
     "tokens_per_s": "tokens/s",
@@ -27,7 +28,7 @@ UNITS = {
     "mem_delta_mb": "MiB",
 }
 NAMES = {"loss": "loss", "bpb": "bits per byte", "ppl": "perplexity", "acc": "token accuracy",
-         "exact_match": "exact match",
+         "exact_match": "exact match", "score": "RULER score",
          "exact_match_above_chance": "exact match above chance"}  # fmt: skip
 
 

@@ -1,6 +1,8 @@
-"""RULER's text tasks: the samples of the long-context suite, made and scored in pure Python.
+"""RULER's synthetic long-context tasks (Hsieh et al. 2024) as plain Python.
 
-Empty until issue 54 fills it; docs/architecture.md ("The long-context suite: where its parts
-go") names its modules. It sits in the layer of :mod:`posx.tasks` and imports no torch, Hydra
-or OmegaConf (import-linter contracts in pyproject.toml).
+The prompts, the haystack-size search that fits a prompt to a length in a model's own tokens,
+and the scoring. Nothing here imports torch or Hydra: a task turns a random generator, a
+haystack size and a needle depth into a :class:`~posx.ruler.sample.Sample` (the text, its answer
+prefix and the strings a right answer contains), and :mod:`posx.ruler.fit` finds the size from
+a token-count callable. Running a model over the samples is :mod:`posx.pretrained.ruler`'s work.
 """

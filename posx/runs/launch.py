@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +25,34 @@ from posx.errors import ConfigError, PosxError
 from posx.runs.messages import sweep_summary
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
 from posx.runs.sweeps import sweep_status
+from posx.storage.results import results_root
+
+# Settings posx sets itself for a job (an extension's lineage, the invocation that names the run
+# or sweep): recorded in each run, left out of the launchers' one line per job, which shows what
+# the user chose (the parent's settings and theirs, and which run an extension starts from).
+INTERNAL_KEYS = ("extend.parent_sha256", "extend.parent_fingerprint", "extend.parent_label",
+                 "extend.parent_step", "extend.base_length", "extend.parent_length",
+                 "extend.base_factor", "invocation")  # fmt: skip
+INTERNAL = re.compile(rf" (?:{'|'.join(map(re.escape, INTERNAL_KEYS))})=(?:'(?:[^'\\]|\\.)*'|\S+)")
+# The launchers' loggers: each logs `#N : OVERRIDES` per job.
+LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher",
+                    "hydra_plugins.hydra_joblib_launcher._core",
+                    "hydra_plugins.hydra_submitit_launcher.submitit_launcher")  # fmt: skip
+
+
+class _WithoutInternalKeys(logging.Filter):
+    """Drops :data:`INTERNAL_KEYS` from a launcher's line for a job."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "#" in text and "=" in text:
+            record.msg, record.args = INTERNAL.sub("", text), ()
+        return True
+
+
+_QUIET = _WithoutInternalKeys()
+for _name in LAUNCHER_LOGGERS:
+    logging.getLogger(_name).addFilter(_QUIET)
 
 
 def sweep_dir_of(overrides: list[str], dirs: list[Path] | None = None) -> Path:
@@ -118,10 +149,22 @@ def run_train(
     finally:
         sys.argv = saved_argv
     if sweep_dir is not None:
-        _end_of_sweep(sweep_dir)
+        _end_of_sweep(sweep_dir, _compare_root(sweep_dir, overrides))
 
 
-def _end_of_sweep(sweep_dir: Path) -> None:
+def _compare_root(sweep_dir: Path, overrides: list[str]) -> Path:
+    """Where ``posx report`` compares a sweep's runs: the sweep, or for extensions the folder
+    that holds both the sweep and their parent (the sweep alone leaves the base out)."""
+    parents = {o.split("=", 1)[1].strip("'\"") for o in overrides
+               if o.split("=", 1)[0].lstrip("+") == "extend.parent"}  # fmt: skip
+    if len(parents) != 1:
+        return sweep_dir
+    common = Path(os.path.commonpath([sweep_dir.resolve(), Path(parents.pop()).resolve()]))
+    # a parent in another results root: no folder holds both but one far too wide
+    return common if common.is_relative_to(results_root(sweep_dir)) else sweep_dir
+
+
+def _end_of_sweep(sweep_dir: Path, compare: Path) -> None:
     """Prints where the sweep is and what to run next; raises when jobs failed.
 
     The failed jobs are counted from their ``run.json`` files, which every launcher's workers
@@ -131,6 +174,6 @@ def _end_of_sweep(sweep_dir: Path) -> None:
         return
     jobs = sweep_status(sweep_dir)
     failed = [j.run_dir.name for j in jobs if j.status == "failed" and j.run_dir]
-    print("\n".join(sweep_summary(sweep_dir, len(jobs), failed)), flush=True)
+    print("\n".join(sweep_summary(sweep_dir, len(jobs), failed, compare)), flush=True)
     if failed:
         raise PosxError(f"{len(failed)} run(s) of the sweep failed: {', '.join(failed)}")

@@ -35,7 +35,7 @@ class RunLine:
     final_loss: str
     lengths: str  # the eval lengths with a value, e.g. "64,128,256"
     parent: str  # an extension's parent run (posx extend), else "—"
-    path: str  # relative to the root
+    path: str  # the root joined with the run's place under it: a path the commands take
     # the same fields as plain values (numbers, lists, None for unknown), for --format json
     record: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -121,13 +121,16 @@ def run_record(run: SavedRun, root: Path) -> dict[str, Any]:
     Keys: ``status``, ``encoding``, ``task``, ``model``, ``L_train``, ``steps_done``,
     ``steps_total``, ``seed``, ``final_loss``, ``eval_lengths`` (the lengths with a value),
     ``parent`` (an extension's parent run, by directory name: ``posx extend``), ``run``
-    (relative to ``root``), and ``error`` (why an ``unreadable`` run's ``run.json``
-    cannot be read, else None). Unknown values are None.
+    (relative to ``root``), ``path`` (``root`` joined with ``run``: what ``posx eval``,
+    ``posx extend`` and ``posx resume`` take, from where ``posx runs`` ran), and ``error``
+    (why an ``unreadable`` run's ``run.json`` cannot be read, else None). Unknown values are
+    None.
     """
     keys = ("encoding", "task", "model", "L_train", "steps_done", "steps_total", "seed",
             "final_loss", "eval_lengths", "parent")  # fmt: skip
     record: dict[str, Any] = {"status": "unreadable", **dict.fromkeys(keys)}
-    record.update(run=str(run.path.relative_to(root)), error=None)
+    relative = run.path.relative_to(root)
+    record.update(run=str(relative), path=str(root / relative), error=None)
     info = run.recorded
     if run.info_error is not None:
         return {**record, "error": run.info_error[:60]}
@@ -166,7 +169,7 @@ def run_line(run: SavedRun, root: Path) -> RunLine:
     """What ``posx runs`` shows for one run directory."""
     r = run_record(run, root)
     if r["status"] == "unreadable":
-        return RunLine("unreadable", *["?"] * 7, r["error"], "?", r["run"], record=r)
+        return RunLine("unreadable", *["?"] * 7, r["error"], "?", r["path"], record=r)
     loss = r["final_loss"]
     lengths = r["eval_lengths"]
     return RunLine(
@@ -182,7 +185,7 @@ def run_line(run: SavedRun, root: Path) -> RunLine:
         final_loss="—" if loss is None else f"{loss:.4f}",
         lengths=",".join(map(str, lengths)) if lengths else "—",
         parent=r["parent"] or "—",
-        path=r["run"],
+        path=r["path"],  # as the user types it to evaluate, extend or resume the run
         record=r,
     )
 

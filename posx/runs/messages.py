@@ -101,12 +101,17 @@ def next_commands(run_dir: Path, root: Path, lengths: Sequence[int]) -> list[str
     ]
 
 
-def sweep_summary(sweep_dir: Path, jobs: int, failed: Sequence[str]) -> list[str]:
-    """The lines printed when a sweep ends."""
+def sweep_summary(
+    sweep_dir: Path, jobs: int, failed: Sequence[str], compare: Path | None = None
+) -> list[str]:
+    """The lines printed when a sweep ends; ``compare``: the root ``posx report`` compares
+    them under (default the sweep; for extensions one that holds their parent too)."""
     status = f"{jobs} job(s)" + (f", {len(failed)} failed" if failed else "")
+    compare = compare or sweep_dir
+    what = "the sweep's runs" if compare == sweep_dir else "the sweep's runs with their parent"
     return [
         f"sweep done: {status} in {sweep_dir}",
         "next:",
         f"  posx sweep status {_path(sweep_dir)}    # which jobs finished",
-        f"  posx report --root {_path(sweep_dir)}    # compare the sweep's runs",
+        f"  posx report --root {_path(compare)}    # compare {what}",
     ]

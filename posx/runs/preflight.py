@@ -65,6 +65,9 @@ NO_CHECK_FLAGS = frozenset(
 JOB_FLAGS = frozenset({"-m", "--multirun", "-r", "--run", "--resolve"})
 # Sweeps larger than this are checked on their first combinations only.
 MAX_CHECKED = 64
+# Launchers whose jobs run on this machine: only there must train.device exist here (a SLURM
+# sweep is launched from a login node without the GPUs its jobs will have).
+LOCAL_LAUNCHERS = frozenset({"basic", "local_parallel"})
 
 
 def split_args(args: list[str]) -> tuple[list[str], list[str]]:
@@ -110,13 +113,24 @@ def check_overrides(
     combos = _combinations(options)
     if hydra_overrides:  # e.g. an unknown launcher: one line here instead of Hydra's report
         compose([*min(combos), *hydra_overrides], dirs, hydra_node=True)
+    here = runs_here(hydra_overrides)
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
         try:
             cfg = compose(list(combo), dirs)
         except ListValueError as err:  # `eval.lengths=32,64`: the user's line names the fix
             typed = [o for o in parsed if o.key_or_group == err.key and o.is_sweep_override()]
             raise (ConfigError(list_sweep(typed[0])) if typed else err) from err
-        _check_config(cfg, build, trust)
+        _check_config(cfg, build, trust, here)
+
+
+def runs_here(overrides: Sequence[str]) -> bool:
+    """Whether the jobs of these overrides run on this machine: no ``hydra/launcher=`` or a
+    local one (``basic``, ``local_parallel``), not a cluster's (``slurm``)."""
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.lstrip("+~") == "hydra/launcher" and value not in LOCAL_LAUNCHERS:
+            return False
+    return True
 
 
 def override_combinations(overrides: list[str], dirs: list[Path]) -> list[list[str]]:
@@ -174,22 +188,34 @@ def _combinations(options: list[list[str]]) -> set[tuple[str, ...]]:
     return combos
 
 
-def _check_config(cfg: DictConfig, build: bool, trust: Sequence[str] | None) -> None:
-    """Validates one composed combination and, with ``build``, builds what it would train."""
+def _check_config(cfg: DictConfig, build: bool, trust: Sequence[str] | None, here: bool) -> None:
+    """Validates one composed combination and, with ``build``, builds what it would train
+    (``here``: its job runs on this machine, so its device must exist here)."""
     validate(cfg)
     check_loggers(cfg)  # a tracker that is not installed: one line, before any run starts
     if trust is not None:
         check_trusted(cfg, trust, "the run's overrides")
     if build:
-        check_buildable(cfg)
+        check_buildable(cfg, here)
 
 
-def check_buildable(cfg: DictConfig) -> None:
+def check_buildable(cfg: DictConfig, here: bool = True) -> None:
     """Builds the task, model and position strategy of a validated config and draws one tiny
-    batch, so that what cannot train fails before any run directory exists."""
+    batch, so that what cannot train fails before any run directory exists.
+
+    Args:
+        cfg: The validated config.
+        here: The run trains on this machine: ``train.device`` must exist here
+            (``train.device=cuda`` without CUDA is refused). A cluster launcher's jobs run
+            elsewhere; their device is checked by the job.
+    """
     import torch
 
+    from posx.runtime.distributed import pick_device
+
     check_writable(Path(cfg.root))
+    if here:
+        pick_device(cfg.train.device)  # no CUDA for train.device=cuda: one line, exit 2
     task = build_task(cfg)
     check_memory(cfg, task.vocab_size)  # before anything sized by the config exists
     model = build_model(cfg, task.vocab_size)
@@ -239,7 +265,7 @@ def check_memory(cfg: DictConfig, vocab_size: int) -> None:
 
     try:
         device = pick_device(cfg.train.device)
-    except PosxError:  # e.g. no CUDA: the job itself reports it
+    except PosxError:  # no CUDA here for a cluster's job: the job itself reports it
         return
     limit = parse_size(cfg.train.max_memory, "train.max_memory")
     model = model_for_estimates(cfg, vocab_size)

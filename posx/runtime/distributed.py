@@ -60,7 +60,10 @@ def pick_device(name: str, w: World | None = None) -> torch.device:
             return torch.device("cuda", w.local_rank if w else 0)
         return torch.device("cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise PosxError(f"train.device={name} but CUDA is not available; use train.device=cpu")
+        raise ConfigError(
+            f"train.device={name} but CUDA is not available on this machine; use "
+            "train.device=cpu (or auto)"
+        )
     return torch.device(name)
 
 

@@ -186,8 +186,10 @@ class RunRecords:
         ``posx extend`` train on from it).
 
         Raises:
-            ConfigError: No ``.hydra/overrides.yaml``.
+            ConfigError: No such directory, or no ``.hydra/overrides.yaml``.
         """
+        if not self.path.exists():
+            raise ConfigError(f"run directory does not exist: {self.path}")
         if not (self.path / OVERRIDES).is_file():
             raise ConfigError(f"not a posx run directory (no .hydra/overrides.yaml): {self.path}")
 

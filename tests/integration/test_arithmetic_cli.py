@@ -25,7 +25,7 @@ SMALL = [
     "train.threads=1",
     "eval.lengths=[3,6]",
     "eval.tokens=256",
-    "seed=0",
+    "seed=3",  # not one of the preset's tuning seeds, which posx check leaves out
 ]
 
 

@@ -187,5 +187,72 @@ def test_a_claim_without_on_task_over_several_tasks_is_explained(tmp_path: Path)
     file = tmp_path / "conf" / "claims" / "demo_claims.yaml"
     assert (
         "demo_claims's runs are of 2 tasks (copy, text) and its claim(s) a name no task, so they "
-        f"cannot pick one: add 'on TASK' to their statements in {file}"
+        "cannot pick one: pass --task copy (or --where KEY=VALUE) to judge one task's runs, or "
+        f"add 'on TASK' to their statements in {file}"
     ) in proc.stdout.replace("\n", " ")
+    picked = posx("--config-dir", str(tmp_path / "conf"), "check", str(results), "-f", "md",
+                  "--task", "text")  # fmt: skip
+    assert picked.returncode == 0, picked.stdout + picked.stderr
+
+
+# Issue 57, item 1: the preset trains text; one `posx train experiment=... task=copy` run landed
+# in the same root and turned every claim into ?.
+MIXED = {"ordering": ("sinusoidal > rope > alibi at 4x by bpb", ""),
+         "flat": ("alibi ×r <= 1.02 at 4x", ""), "wrong": ("alibi > rope at 4x", "")}  # fmt: skip
+
+
+def _mixed_root(tmp_path: Path) -> tuple[str, ...]:
+    """demo_claims (a preset that trains text) with three seeds of text runs and one copy run
+    that records the preset; the arguments of ``posx check`` on it."""
+    make_seed_tree(tmp_path / "results", TEXT, experiment="demo_claims")
+    make_seed_tree(tmp_path / "results", {"rope": [[0.9, 0.5, 0.2]]}, experiment="demo_claims",
+                   task="copy")  # fmt: skip
+    write_claims(tmp_path / "conf", "demo_claims", MIXED)
+    (tmp_path / "conf" / "experiment" / "demo_claims.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /task: text\nexperiment_name: demo_claims\n"
+    )
+    return ("--config-dir", str(tmp_path / "conf"), "check", str(tmp_path / "results"))
+
+
+def test_a_run_of_another_task_leaves_the_presets_verdicts_alone(cli, tmp_path: Path):
+    """2 of 3 held without the copy run, and 0 of 3 (all ?, "runs of several tasks") with it;
+    now the preset's claims judge the task it trains, the copy run is left aside with a note,
+    and nothing tells the user to edit a claims file."""
+    args = _mixed_root(tmp_path)
+    proc = cli(*args, "-f", "md")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "2 of 3 claims hold, 1 fail, 0 inconclusive" in proc.stdout
+    assert (
+        "left out 1 run(s) of demo_claims on task(s) copy: the preset trains text; --task copy "
+        "checks its claims on them instead"
+    ) in proc.stdout
+    assert "several tasks" not in proc.stdout and "claims/demo_claims.yaml" not in proc.stdout
+    # the filters of posx report pick the same runs, with the same syntax
+    for chosen in (("--task", "text"), ("--where", "task=text"), ("-t", "text")):
+        got = cli(*args, "-f", "md", *chosen)
+        assert got.returncode == 1 and "2 of 3 claims hold" in got.stdout, (chosen, got.stdout)
+        assert "left out 1 run(s)" not in got.stdout
+    # asked for, the copy run is judged (its rows have none of the claims' labels: ?)
+    copy = cli(*args, "-f", "md", "--task", "copy")
+    assert copy.returncode == 3 and "0 of 3 claims hold, 0 fail, 3 inconclusive" in copy.stdout
+    bad = cli(*args, "--task", "nosuch")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip() == (
+        "posx: error: no results for --task 'nosuch'; available: copy, text"
+    )
+    bad = cli(*args, "--where", "nosuch=1")
+    assert bad.returncode == 2 and "unknown --where key 'nosuch'" in bad.stderr
+    # posx report --claims judges the runs of its own --task
+    report = (*args[:2], "report", "--root", args[3], "--claims", "-f", "md")
+    shown = cli(*report, "--task", "copy")
+    assert shown.returncode == 3 and "0 of 3 claims hold, 0 fail, 3 inconclusive" in shown.stdout
+    assert cli(*report).returncode == 1
+    # a root with only the other task's runs says which --task judges them
+    shutil.rmtree(tmp_path / "results")
+    make_seed_tree(tmp_path / "results", {"rope": [[0.9, 0.5, 0.2]]}, experiment="demo_claims",
+                   task="copy")  # fmt: skip
+    (verdict, *_) = json.loads(cli(*args, "-f", "json").stdout)["claims"]
+    assert verdict["reason"] == (
+        "no runs of the task(s) the preset trains (text), only of copy: --task copy checks its "
+        "claims on those"
+    )

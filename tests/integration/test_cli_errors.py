@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
+
+from tests.conftest import TINY
 
 TRAIN_ERRORS = [
     (["encoding=nosuch"], "unknown encoding 'nosuch'; choose from: abacus, alibi"),
@@ -11,7 +14,10 @@ TRAIN_ERRORS = [
     (["-m", "encoding=rope,nosuch"], "unknown encoding 'nosuch'"),
     (["model.d_model=30"], "must be divisible by model.n_heads"),
     (["model.d_modle=30"], "d_modle"),
-    (["train.steps=abc"], "abc"),
+    (["train.steps=abc"], "train.steps must be an integer, got 'abc'"),
+    (["train.lr=abc"], "train.lr must be a number, got 'abc'"),
+    (["train.progress=abc"], "train.progress must be true or false, got 'abc'"),
+    (["-m", "train.steps=1,abc"], "train.steps must be an integer, got 'abc'"),
     (["train.length=0"], "train.length must be positive"),
     (["eval.lengths=[64,0]"], "eval.lengths must be positive integers"),
     (["model.d_model=24", "encoding=rope", "encoding.rotary_fraction=0.5"], "rotary dimension"),
@@ -42,6 +48,16 @@ def test_bad_train_input(cli, tmp_path, args, text):
     assert not (tmp_path / "runs").exists()  # nothing half-made
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("sweep", [[], ["-m", "seed=0,1"]])
+def test_a_device_this_machine_lacks_is_refused_before_any_run_folder(cli, tmp_path, sweep):
+    """train.device=cuda without CUDA: one line, exit 2, no run folder (it used to make one and
+    fail inside it with exit 1, and `posx runs` then listed a `failed ? ? ?` row)."""
+    proc = cli("train", *TINY, f"root={tmp_path}", "train.device=cuda", *sweep)
+    assert_one_line_error(proc, 2, "train.device=cuda but CUDA is not available")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(
     ("lengths", "text"),
     [
@@ -52,6 +68,11 @@ def test_bad_train_input(cli, tmp_path, args, text):
 )
 def test_bad_eval_lengths(cli, tmp_path, lengths, text):
     assert_one_line_error(cli("eval", "--root", str(tmp_path), "--lengths", lengths), 2, text)
+
+
+def test_resume_of_a_missing_run_says_it_does_not_exist(cli, tmp_path):
+    assert_one_line_error(cli("resume", str(tmp_path / "nonexistent")), 2,
+                          f"run directory does not exist: {tmp_path / 'nonexistent'}")  # fmt: skip
 
 
 def test_eval_of_missing_run_dir(cli, tmp_path):

@@ -48,6 +48,16 @@ def test_help_at_80_columns_breaks_only_at_the_edge(cli, monkeypatch, args):
     assert _early_breaks(out.stdout) == []
 
 
+@pytest.mark.parametrize("args", [(), *[(c,) for c in COMMANDS]])
+def test_a_flag_shows_no_type(cli, monkeypatch, args):
+    """Issue 57.7: `posx --help` showed `--debug <bool>` (and `--help <bool>`, `--dry-run
+    <bool>`), as if a flag took a value."""
+    monkeypatch.setenv("COLUMNS", "200")
+    out = cli(*args, "--help")
+    assert out.returncode == 0 and "<bool>" not in out.stdout, out.stdout
+    assert args or "--config-dir        DIR" in out.stdout, out.stdout
+
+
 def test_help_shows_brackets_as_written(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     assert "[hydra/launcher=slurm]" in cli("eval", "--help").stdout  # not eaten as markup

@@ -229,6 +229,60 @@ def test_a_length_that_contradicts_the_factor_is_one_warning(cli, base):
     assert "extend.factor=4 says 64" in warned[0]
 
 
+def test_a_sweep_of_extensions_says_what_the_user_chose_and_compares_with_the_parent(
+    cli, base, tmp_path
+):
+    """Issue 57.7: `extend -m` printed each job's line with posx's own keys
+    (extend.parent_sha256=...), and suggested `posx report --root SWEEP`, which leaves out
+    the parent the extensions are compared with."""
+    root = tmp_path / "results"
+    parent = Path(shutil.copytree(base, root / "runs" / base.name))
+    result = cli(
+        "extend",
+        "-m",
+        str(parent),
+        "extension=pi,yarn",
+        *FT,
+        "eval.lengths=[16,64]",
+        f"root={root}",
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout + result.stderr
+    jobs = [line for line in out.splitlines() if "#0 : " in line or "#1 : " in line]
+    assert len(jobs) == 2 and all("extension=" in line for line in jobs), out
+    for key in ("extend.parent_sha256", "extend.parent_fingerprint", "extend.base_factor",
+                "invocation="):  # fmt: skip
+        assert key not in out, key
+    assert f"posx report --root {root}    # compare the sweep's runs with their parent" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["extend.factor=0.5"], "extend.factor must be >= 1 (an extension fine-tunes at "
+                                "extend.factor × the parent's train.length 16), got 0.5"),
+        (["--dryrun"], "posx extend has no option --dryrun; did you mean --dry-run?"),
+    ],
+)  # fmt: skip
+def test_a_mistake_is_named_as_the_user_wrote_it(cli, base, args, said):
+    before = sorted(p.name for p in base.parent.iterdir())
+    result = cli("extend", str(base), "extension=yarn", *FT, *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], lines
+    assert sorted(p.name for p in base.parent.iterdir()) == before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_device_this_machine_lacks_is_refused_before_any_run_folder(cli, base):
+    before = sorted(p.name for p in base.parent.iterdir())
+    result = cli("extend", str(base), "extension=yarn", *FT, "train.device=cuda")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "train.device=cuda but CUDA is not available" in lines[0], lines
+    assert sorted(p.name for p in base.parent.iterdir()) == before
+
+
 @pytest.mark.parametrize(
     ("damage", "said"),
     [

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import claims_config
 from tests.integration.test_cli_errors import assert_one_line_error
 from tests.unit.pretrained.tiny_models import model_root, offline_hub
 
@@ -68,15 +69,20 @@ def test_report_runs_and_check_read_a_pretrained_run_beside_a_posx_run(cli, mode
     assert set(cells["variant"]) == {"tinyllama", "tinyllama+yarn×2", "rope"}
     # One column holds one unit: the byte-level posx run's L=32 is 32 bytes, the pretrained
     # model's 32 of its BPE tokens, so they sit in two tables, each titled with its unit.
+    # The model's tokens are named by its tokenizer (issue 55.7: a posx BPE run's L=128 and a
+    # pretrained model's were both "tokens" in one column): rows record it, tables split by it.
     units = dict(zip(cells["variant"], cells["length_unit"], strict=False))
-    assert units == {"tinyllama": "tokens", "tinyllama+yarn×2": "tokens", "rope": "bytes"}
+    own = f"tokens (tokenizer {info['pretrained']['tokenizer']['sha256'][:8]})"
+    assert units == {"tinyllama": own, "tinyllama+yarn×2": own, "rope": "bytes"}
+    assert set(rows["length_unit"]) == {own}
     md = posx("report", "--root", str(root), "--by", "model,train_length", "--format", "md",
               check=True).stdout  # fmt: skip
     (table,) = [t for t in md.split("\n\n") if "tinyllama · model=pretrained" in t]
     assert "rope · model=tiny" not in table, md
     (other,) = [t for t in md.split("\n\n") if "rope · model=tiny" in t]
     titles = [t for t in md.split("\n\n") if t.startswith("**text · lengths in")]
-    assert [t.split(" · ")[1] for t in titles] == ["lengths in bytes", "lengths in tokens"], md
+    assert [t.split(" · ")[1] for t in titles] == ["lengths in bytes", f"lengths in {own}"], md
+    assert "| L=32 |" in table, table  # still headed L=: the title says what it counts
     # Rows written before a text task recorded its unit say tokens, or have no unit column:
     # the run's saved config (task.tokenizer=byte) still reads them as bytes.
     (mine,) = (root / "runs").glob("*/eval.csv")
@@ -88,20 +94,23 @@ def test_report_runs_and_check_read_a_pretrained_run_beside_a_posx_run(cli, mode
         cells = pd.DataFrame(json.loads(again.stdout)["cells"])
         assert set(cells.loc[cells["variant"] == "rope", "length_unit"]) == {"bytes"}
     written.to_csv(mine, index=False)
+    # a pretrained run evaluated before its rows named the tokenizer: its run.json does
+    hf_rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    hf_rows.drop(columns="length_unit").to_csv(run / "eval.csv", index=False)
+    again = posx("report", "--root", str(root), "--by", "model", "--format", "json", "--task",
+                 "text", check=True)  # fmt: skip
+    cells = pd.DataFrame(json.loads(again.stdout)["cells"])
+    assert set(cells.loc[cells["variant"] == "tinyllama", "length_unit"]) == {own}
+    hf_rows.to_csv(run / "eval.csv", index=False)
     posx("report", "--root", str(root), "-o", str(tmp_path / "r.html"), check=True)
     page = (tmp_path / "r.html").read_text()
     assert f"pretrained/{run.name}/run.json" in page  # its record, as it has no saved config
     assert f"pretrained/{run.name}/.hydra" not in page
 
-    conf = tmp_path / "conf"
-    (conf / "claims").mkdir(parents=True)
-    (conf / "experiment").mkdir()
-    (conf / "experiment" / "mine.yaml").write_text("# @package _global_\nexperiment_name: mine\n")
-    (conf / "claims" / "mine.yaml").write_text(
-        "paper: a pretrained model's own claims\nclaims:\n"
-        "  - id: finite\n    table: t\n    statement: tinyllama < 1000 at 1x by bpb\n"
-        "  - id: impossible\n    table: t\n    statement: tinyllama+yarn×2 < 0 at 2x by bpb\n"
-    )
+    claims_config(tmp_path / "conf",
+                  "  - id: finite\n    table: t\n    statement: tinyllama < 1000 at 1x by bpb\n"
+                  "  - id: impossible\n    table: t\n    statement: tinyllama+yarn×2 < 0 at 2x "
+                  "by bpb\n", paper="a pretrained model's own claims")  # fmt: skip
     check = posx("--config-dir", str(tmp_path / "conf"), "check", str(root), "--min-seeds", "1",
                  "--format", "json")  # fmt: skip
     verdicts = {c["claim"]: c["verdict"] for c in json.loads(check.stdout)["claims"]}

@@ -55,7 +55,7 @@ def test_ctrl_c_during_eval_changes_no_table(cli, tiny_overrides, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert err.strip() == (
-        f"posx: error: interrupted while evaluating {run.name}, no rows written for it; "
+        f"posx: interrupted while evaluating {run.name}, no rows written for it; "
         "0 of 1 run(s) were evaluated"
     )
     assert {name: (run / name).read_bytes() for name in tables} == tables

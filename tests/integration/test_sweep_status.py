@@ -64,3 +64,32 @@ def test_sweep_jobs_are_expanded_in_hydras_order():
         parsed = OverridesParser.create().parse_overrides(overrides)
         batches = BasicSweeper.split_arguments(parsed, None)
         assert expand_sweep(overrides) == [list(job) for batch in batches for job in batch]
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_sweep_status_never_cuts_the_run_name(posx, tmp_path, monkeypatch, columns):
+    """The run name is the field one copies (to `posx eval`, `posx extend`): at any width it
+    is printed whole, on one line; the other columns wrap around it."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task: ['encoding=nope,rope', 'seed=0', "
+        "'task.corpus=/a/long/path/to/a/corpus/file.txt']\n  sweeper:\n    params: {}\n"
+    )
+    names = []
+    for encoding in ("nope", "rope"):
+        run = sweep / f"text_{encoding}_L256_s0_20261128-194152_5643f7a1"
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(
+            f"- encoding={encoding}\n- seed=0\n- task.corpus=/a/long/path/to/a/corpus/file.txt\n"
+        )
+        (run / "run.json").write_text(json.dumps({"status": "trained", "final_loss": 1.5}))
+        (run / "eval.csv").write_text("eval_length,loss\n16,1.5\n")
+        names.append(run.name)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = posx("sweep", "status", str(sweep))
+    assert out.returncode == 0, out.stderr
+    for name in names:
+        assert name in out.stdout, out.stdout  # whole, on one line
+    assert out.stdout.count("finished") == 3 and "encoding=rope" in out.stdout, out.stdout
+    assert max(map(len, out.stdout.splitlines()[1:])) <= columns, out.stdout

@@ -124,3 +124,21 @@ def test_a_refused_extension_is_a_failed_row_and_exit_1(tmp_path):
     (row,) = rows
     assert row["status"] == "failed"
     assert row["note"].startswith("posx: error: the held-in text of stdlib has")
+
+
+def test_each_row_is_written_as_it_finishes(bench, monkeypatch, tmp_path):
+    """A run killed at a device's time limit keeps the rows measured before it."""
+    written: list[int] = []
+
+    def fake_measure(directory, length, trained, left, args):
+        if length == 128:  # the second length: the tables already hold the first
+            written.append(len(list(csv.DictReader((args.out / "bench_extend.csv").open()))))
+        return {"skipped": f"fake {length}"}
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(bench, "save_model", lambda config, tokenizer, directory: None)
+    args = bench.parse_args(["--device", "cpu", "--out", str(tmp_path / "out")])
+    args.workdir = tmp_path / "work"
+    bench.run_all(args)
+    assert written == [1]
+    assert "fake 64" in (tmp_path / "out" / "bench_extend.md").read_text()

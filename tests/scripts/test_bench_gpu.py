@@ -225,3 +225,39 @@ def test_compiled_rows_run_on_the_cpu_with_dynamo(tmp_path):
 @pytest.mark.slow  # Inductor compiles the tiny model's training and evaluation: ~40 s here
 def test_compiled_rows_run_on_the_cpu_with_inductor(tmp_path):
     compiled_run(tmp_path, "inductor")
+
+
+def test_a_run_stopped_after_a_row_keeps_that_rows_tables(bench_gpu, monkeypatch, tmp_path):
+    """On a lent GPU the command is killed at its time limit: every finished row is already in
+    bench_gpu.csv, cells.csv and table.md (written after each row, not at the end)."""
+
+    class Stop(Exception):
+        pass
+
+    finished: list[str] = []
+
+    def fake_run(self):
+        if finished:
+            raise Stop  # the second row: as if the device's time limit struck here
+        finished.append(self.v.encoding)
+        return rows(bench_gpu, self.v.encoding, "train", 32, 2.0)
+
+    monkeypatch.setattr(bench_gpu.EncodingCells, "run", fake_run)
+    argv = ["bench_gpu.py", "--encodings", "nope,alibi", "--device", "cpu", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(Stop):
+        bench_gpu.main()
+    data = pd.read_csv(tmp_path / "bench_gpu.csv")
+    assert finished == ["nope"] and set(data.encoding) == {"nope"} and len(data) == 2
+    assert "| nope |" in (tmp_path / "table.md").read_text()
+    assert (tmp_path / "cells.csv").is_file()
+
+
+def test_rows_run_in_the_order_given_after_the_first_three(bench_gpu, monkeypatch):
+    """A device run limited in time spends itself on the rows its caller put first."""
+    from posx.config.compose import CONFIG_DIR
+
+    argv = ["bench_gpu.py", "--encodings", "fire,shaw[flex],alibi,cope,nope", "--device", "cpu"]
+    monkeypatch.setattr(sys, "argv", argv)
+    args = bench_gpu.parse_args(bench_gpu.row_names(CONFIG_DIR))
+    assert args.encodings == ["nope", "alibi", "fire", "shaw[flex]", "cope"]

@@ -19,5 +19,5 @@ def test_make_help_lists_every_target():
     assert proc.returncode == 0, proc.stderr
     listed = {line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  ")}
     for target in ("install", "demo", "test", "test-slow", "lint", "bench-gpu",
-                   "bench-extend-gpu", "gpu-deps"):  # fmt: skip
+                   "bench-extend-gpu", "gpu-deps", "gpu-evidence"):  # fmt: skip
         assert target in listed, proc.stdout

@@ -144,7 +144,7 @@ def _pose(name: str, node: dict[str, Any]) -> int:
 def extended_config(config: Any, method: Method, factor: float, trained: int, length: int) -> Any:
     """A copy of the model's config with the method's scaling: ``rope_parameters`` as
     :func:`posx.pretrained.scaling.scaled_config` sets them, ``max_position_embeddings`` the new
-    length.
+    length when the method fine-tunes at it (not PoSE's nor the control's).
 
     Raises:
         ConfigError: The method changes RoPE and the model has no (single) RoPE, or it trains
@@ -166,8 +166,13 @@ def extended_config(config: Any, method: Method, factor: float, trained: int, le
     if method.scaling is None:
         new = copy.deepcopy(config)
     else:
-        new = scaled_config(config, Variant(method.scaling, factor), trained)
-    if method.scaling != "dynamic_ntk":
+        # a base's own scaling is composed with (same type: factors multiply) or the method
+        # refused in one line naming it, never dropped
+        new = scaled_config(config, Variant(method.scaling, factor), trained,
+                            f"extension={method.name}")  # fmt: skip
+    if method.at_target and method.scaling != "dynamic_ntk":
+        # only a method that trained at the new length saves it as the model's context: PoSE
+        # and the control trained at the old one (a reader takes this as the trained context)
         new.max_position_embeddings = max(length, int(new.max_position_embeddings or 0))
     return new
 

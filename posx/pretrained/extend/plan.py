@@ -5,27 +5,23 @@ fit is refused in one line with settings that would."""
 
 from __future__ import annotations
 
-import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from posx.errors import ConfigError
+from posx.errors import ConfigError, PosxWarning
 from posx.pretrained import load
 from posx.pretrained.extend.memory import Layout, Shape, describe, estimate, fitting, model_shape
 from posx.pretrained.extend.method import Method, check_family, extended_config, read_method
+from posx.pretrained.extend.preview import extension_label, fingerprint, identity
 from posx.pretrained.extend.settings import Options
-from posx.pretrained.run import model_label, trained_length
+from posx.pretrained.naming import model_label, trained_length
 from posx.pretrained.scaling import rope_parameters
 from posx.runs.resources import available_bytes, gib, parse_size
 from posx.runtime.distributed import World, pick_device
-
-# settings that do not change what is trained (the run directory's name leaves them out)
-NOT_IDENTITY = ("label", "experiment", "root", "eval.lengths", "eval.tokens", "eval.batch_tokens",
-                "train.checkpoint_every", "train.max_memory", "train.device",
-                "train.world_size")  # fmt: skip
 
 
 @dataclass
@@ -75,10 +71,13 @@ class Plan:
         return sum(self.parts.values())
 
     def identity(self) -> str:
-        """12 hex naming the run: the base's revision and every setting that changes training."""
-        kept = {k: v for k, v in self.values.items() if k not in NOT_IDENTITY}
-        text = json.dumps([self.source.revision, kept], sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        """12 hex naming the run (:func:`~posx.pretrained.extend.preview.identity`)."""
+        return identity(self.source.revision, self.values)
+
+    def fingerprint(self) -> str:
+        """16 hex naming the configuration, the seed left out
+        (:func:`~posx.pretrained.extend.preview.fingerprint`)."""
+        return fingerprint(self.source.revision, self.values)
 
     def lines(self) -> list[str]:
         """The plan for ``--dry-run``, one fact a line."""
@@ -86,7 +85,7 @@ class Plan:
         accum = v["train.batch_size"] // (w * v["train.micro_batch"])
         return [
             f"model      {self.source.name} ({self.config.model_type}, "
-            f"{self.shape.params / 1e9:.2f}B parameters, revision {self.source.revision[:16]})",
+            f"{parameters(self.shape.params)} parameters, revision {self.source.revision[:16]})",
             f"method     extension={self.method.name}: rope_parameters "
             f"{json.dumps(rope_parameters(self.config))}",
             f"lengths    trained context {self.trained}, target {self.length}, fine-tuned at "
@@ -100,6 +99,15 @@ class Plan:
             f"{'on' if v['train.checkpointing'] else 'off'}",
             f"memory     per process: {describe(self.parts)}",
         ]
+
+
+def parameters(count: int) -> str:
+    """A parameter count as people write it: ``6.74B``, ``1.2M``, ``35.1K`` (a tiny model's
+    count read ``0.00B``)."""
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= size:
+            return f"{count / size:.{2 if suffix == 'B' else 1}f}{suffix}"
+    return str(count)
 
 
 def _device(values: dict[str, Any], world: World, dry_run: bool) -> torch.device:
@@ -125,6 +133,14 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     trained, _ = trained_length(base, None)
     factor = float(values["extend.factor"])
     length = int(values["extend.length"] or round(factor * trained))
+    if values["extend.length"] and length != round(factor * trained) and world.is_main:
+        warnings.warn(  # as `posx extend RUN` says the same contradiction
+            f"extend.length={length} is {length / trained:g}× the trained context {trained} of "
+            f"{source.name}, but extend.factor={factor:g} says {round(factor * trained)}: "
+            f"fine-tuning at {length} with the scaling's factor {factor:g}",
+            PosxWarning,
+            stacklevel=2,
+        )
     if length <= trained and (method.at_target or method.pose_chunks):
         raise ConfigError(
             f"extend.length={length} is not longer than the trained context of "
@@ -156,19 +172,9 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
                     2 if bf16 else 4,
                     getattr(config, "_attn_implementation", None) == "eager")  # fmt: skip
     parts = estimate(shape, layout)
-    label = _label(model_label(source.name, None), method, factor, window)
+    label = extension_label(model_label(source.name, None), method, factor, window)
     return Plan(word, values, source, trust, method, config, trained, length, window, world,
                 device, bf16, shape, layout, parts, values["label"] or label)  # fmt: skip
-
-
-def _label(base: str, method: Method, factor: float, window: int) -> str:
-    """``BASE+yarn×4+ft@16384``, as posx names its own extensions."""
-    parts = [base]
-    if method.scaling:
-        parts.append(f"{method.scaling}×{factor:g}")
-    if method.pose_chunks:
-        parts.append("pose")
-    return "+".join(parts) + f"+ft@{window}"
 
 
 def check_fits(plan: Plan) -> None:

@@ -14,6 +14,7 @@ the same directory, so ``posx report`` and ``posx check`` read it as any run.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,10 +26,11 @@ import torch
 from posx.errors import ConfigError, Interrupted, PosxError
 from posx.pretrained import load
 from posx.pretrained.evaluate import Settings
+from posx.pretrained.extend import preview
 from posx.pretrained.extend.data import held_in_bytes, tokenize_held_in
 from posx.pretrained.extend.engine import build_engine, full_weights, save_model
 from posx.pretrained.extend.plan import Plan, check_fits, make_plan
-from posx.pretrained.extend.settings import Options, check_settings, parse_settings
+from posx.pretrained.extend.settings import Options
 from posx.pretrained.extend.train import (
     STATE_DIR,
     Budget,
@@ -38,27 +40,25 @@ from posx.pretrained.extend.train import (
     make_optimizer,
     train,
 )
-from posx.pretrained.request import DEFAULTS, Request
-from posx.pretrained.run import RUNS_DIR, evaluate_pretrained
+from posx.pretrained.naming import model_fingerprint, model_label
+from posx.pretrained.naming import run_directory as evaluated_run_directory
+from posx.pretrained.request import DEFAULTS, Request, check_values
+from posx.pretrained.run import evaluate_pretrained, tokenizer_identity
 from posx.pretrained.scaling import rope_parameters
 from posx.runtime.distributed import World, barrier, init_process_group
 from posx.storage.results import SCHEMA_VERSION, check_writable, write_csv, write_json
 
 MODEL_DIR = "model"
 # what an extension's run.json keeps when its evaluation writes the file again
-KEPT = ("status", "steps", "step", "final_loss", "parent", "extension", "train_corpus")
+KEPT = ("status", "steps", "step", "final_loss", "parent", "extension", "train_corpus", "seed",
+        "fingerprint")  # fmt: skip
 Say = Callable[[str], None]
 
 
-def plan_extension(word: str, words: list[str], options: Options) -> Plan:
-    """The plan of ``posx extend hf:... WORDS`` (for ``--dry-run`` and before training)."""
-    return make_plan(word, parse_settings(words), options, init_process_group())
-
-
 def run_directory(plan: Plan) -> Path:
-    """``<root>/pretrained/<label>_<12 hex>``."""
-    name = plan.label.replace("×", "x").replace("@", "")
-    return Path(str(plan.values["root"])) / RUNS_DIR / f"{name}_{plan.identity()}"
+    """``<root>/pretrained/<label>_<12 hex>`` (:func:`.preview.run_directory`)."""
+    return preview.run_directory(str(plan.values["root"]), plan.label, plan.source.revision,
+                                 plan.values)  # fmt: skip
 
 
 def extend_pretrained(plan: Plan, say: Say) -> Path:
@@ -85,14 +85,8 @@ def resume_pretrained(run: Path, info: dict[str, Any], options: Options, say: Sa
     Raises:
         ConfigError: It finished already, or its base model changed since it started.
     """
-    if info.get("status") == "extended":
-        raise ConfigError(
-            f"{run} already finished; nothing to resume (evaluate it with posx eval {run})"
-        )
+    values = preview.resumable(run, info)
     ext, parent = info.get("extension") or {}, info.get("parent") or {}
-    if not isinstance(ext.get("settings"), dict) or not ext.get("word"):
-        raise PosxError(f"{run}/run.json is damaged (no extension settings); it cannot be resumed")
-    values = check_settings(ext["settings"])
     hub = not str(parent.get("revision", "")).startswith("dir:")
     options.revision = parent.get("revision") if hub else None
     plan = make_plan(ext["word"], values, options, init_process_group())
@@ -121,19 +115,26 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
     text = tokenize_held_in(tokenizer, raw, corpus)
     budget = _budget(plan)
     text.window_count(plan.window)
-    record = _record(plan, run, text.describe)
+    record = _record(plan, run, text.describe, parent_key(plan, tokenizer))
     if world.is_main:
         run.mkdir(parents=True, exist_ok=True)
         write_json(run / "run.json", {**record, "status": "running", "step": 0})
-    engine = build_engine(plan.source, plan.config, plan.trust, world, plan.device, plan.bf16,
-                          v["train.checkpointing"])  # fmt: skip
-    optimizer = make_optimizer(engine, budget)
-    start, rows = 0, []
     found = latest_state(run / STATE_DIR) if resume else None
-    if found is not None:
-        start, rows = load_state(found, engine, optimizer)
-        say(f"resuming {run} at step {start}")
+    try:
+        engine = build_engine(plan.source, plan.config, plan.trust, world, plan.device,
+                              plan.bf16, v["train.checkpointing"])  # fmt: skip
+        optimizer = make_optimizer(engine, budget)
+        start, rows = 0, []
+        if found is not None:
+            start, rows = load_state(found, engine, optimizer)
+            say(f"resuming {run} at step {start}")
+    except KeyboardInterrupt:  # Ctrl-C while loading: a run that says so, not a `running` one
+        _stopped(run, record, world, found)
+        raise Interrupted(f"interrupted before training began; run: posx resume {run}") from None
     every = max(1, budget.steps // 20)
+    if world.is_main:
+        say(f"training {budget.steps - start} step(s) of {budget.batch} windows of "
+            f"{plan.window} tokens")  # fmt: skip
 
     def progress(row: dict[str, Any]) -> None:
         if world.is_main and (row["step"] % every == 0 or row["step"] == budget.steps):
@@ -149,6 +150,12 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
         raise Interrupted(
             f"interrupted at step {stop.step}; checkpoint saved; run: posx resume {run}"
         ) from None
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, as training says it
+        _stopped(run, record, world, latest_state(run / STATE_DIR))
+        raise Interrupted(
+            f"stopped at once by a second Ctrl-C; resume from the last checkpoint: posx resume "
+            f"{run}"
+        ) from None
     weights = full_weights(engine)
     if world.is_main:
         save_model(engine, weights, run / MODEL_DIR, _saved_dtype(plan.source))
@@ -160,6 +167,14 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
         shutil.rmtree(run / STATE_DIR, ignore_errors=True)
     _leave(world)
     return run
+
+
+def _stopped(run: Path, record: dict[str, Any], world: World, state: Path | None) -> None:
+    """``run.json`` of a run Ctrl-C stopped outside a step: interrupted at its last checkpoint
+    (``state``; step 0 without one), so ``posx resume`` continues it."""
+    if world.is_main:
+        step = int(state.name.split("_")[-1]) if state is not None else 0
+        write_json(run / "run.json", {**record, "status": "interrupted", "step": step})
 
 
 def _leave(world: World) -> None:
@@ -176,16 +191,37 @@ def _saved_dtype(source: load.Source) -> torch.dtype:
     return found if isinstance(found, torch.dtype) else torch.float32
 
 
-def _record(plan: Plan, run: Path, corpus: dict[str, Any]) -> dict[str, Any]:
-    """``run.json`` of the extension: what it is, where it came from, how it was trained."""
-    v, base = plan.values, load.model_name(plan.word)
+def parent_key(plan: Plan, tokenizer: Any) -> dict[str, str]:
+    """The base's ``run`` and ``fingerprint`` as its own ``run.json`` records them, so that
+    ``posx check`` pairs the extension with its base (:mod:`posx.claims.lineage`): the run
+    ``posx eval hf:`` writes for the model, or, for posx's own extension, that run."""
+    own = plan.source.path.parent / "run.json"
+    if plan.source.path.name == MODEL_DIR and own.is_file():
+        try:
+            info = json.loads(own.read_text())
+        except (OSError, ValueError):
+            info = None
+        if isinstance(info, dict) and info.get("extension") and info.get("fingerprint"):
+            return {"run": plan.source.path.parent.name, "fingerprint": str(info["fingerprint"])}
+    label = model_label(plan.source.name, None)
+    sha = tokenizer_identity(tokenizer)["sha256"]
+    return {"run": evaluated_run_directory(Path("."), label, plan.source.revision).name,
+            "fingerprint": model_fingerprint(plan.source.revision, sha)}  # fmt: skip
+
+
+def _record(
+    plan: Plan, run: Path, corpus: dict[str, Any], parent: dict[str, str]
+) -> dict[str, Any]:
+    """``run.json`` of the extension: what it is, where it came from (``parent``: the base's
+    run and fingerprint, :func:`parent_key`), how it was trained."""
+    v = plan.values
     info: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "run": run.name, "encoding": plan.label,
         "task": "text", "model": "pretrained", "seed": v["seed"], "train_length": plan.window,
-        "steps": v["extend.steps"],
+        "fingerprint": plan.fingerprint(), "steps": v["extend.steps"],
         "pretrained": {"model_id": str(run / MODEL_DIR), "architecture": plan.config.model_type,
                        "parameters": plan.shape.params},
-        "parent": {"run": Path(base.rstrip("/")).name, "model_id": plan.source.name,
+        "parent": {**parent, "model_id": plan.source.name,
                    "path": str(plan.source.path), "revision": plan.source.revision,
                    "trained_length": plan.trained,
                    "rope_parameters": rope_parameters(load.load_config(plan.source, plan.trust))},
@@ -209,10 +245,17 @@ def _record(plan: Plan, run: Path, corpus: dict[str, Any]) -> dict[str, Any]:
 
 
 def evaluate_extension(
-    run: Path, info: dict[str, Any], lengths: list[int] | None, on_row: Any = None
+    run: Path,
+    info: dict[str, Any],
+    lengths: list[int] | None,
+    on_row: Any = None,
+    suites: tuple[str, ...] = ("text",),
+    given: dict[str, Any] | None = None,
 ) -> tuple[Path, list[dict[str, Any]]]:
-    """Evaluates an extension's model on the held-out text into its own run directory, at
-    ``lengths`` (default: its ``eval.lengths``, else the base's context and the target).
+    """Evaluates an extension's model on the held-out text (and/or RULER's tasks, ``suites``)
+    into its own run directory, at ``lengths`` (default: its ``eval.lengths``, else the base's
+    context and the target); ``given``: ``key=value`` settings of this evaluation
+    (``ruler.samples``).
 
     Raises:
         ConfigError: The run has no model (it was not finished).
@@ -225,11 +268,12 @@ def evaluate_extension(
     if not (isinstance(v, dict) and parent.get("trained_length") and ext.get("length")):
         raise PosxError(f"{run}/run.json is damaged (no extension lineage); it cannot be evaluated")
     asked = lengths or v.get("eval.lengths") or [parent["trained_length"], ext["length"]]
-    values = {**DEFAULTS, **{k: v[k] for k in DEFAULTS if k in v}}
+    values = {**DEFAULTS, **{k: v[k] for k in DEFAULTS if k in v}, **(given or {})}
     values.update(train_length=info["train_length"], label=info["encoding"])
+    values = check_values(values)
     settings = Settings(lengths=list(asked), tokens=values["eval.tokens"],
                         batch_tokens=values["eval.batch_tokens"])  # fmt: skip
     request = Request(f"hf:{run / MODEL_DIR}", settings, values, root=run.parent.parent,
                       device=str(v.get("train.device", "auto")), run_dir=run,
-                      record={k: info[k] for k in KEPT if k in info})  # fmt: skip
+                      record={k: info[k] for k in KEPT if k in info}, suites=suites)  # fmt: skip
     return evaluate_pretrained(request, on_row)

@@ -3,6 +3,7 @@ defaults (:data:`DEFAULTS`), and the options of the command (:class:`Options`)."
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,15 +77,19 @@ def parse_settings(words: list[str]) -> dict[str, Any]:
     for word in words:
         key, sep, text = word.partition("=")
         if not sep or key not in DEFAULTS:
-            raise ConfigError(
-                f"posx extend hf:... has no setting {word.split('=')[0]!r}; it takes "
-                + ", ".join(DEFAULTS)
-            )
+            raise ConfigError(unknown_setting(key))
         try:
             values[key] = yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise ConfigError(f"{word}: not a value ({err.__class__.__name__})") from err
     return check_settings(values)
+
+
+def unknown_setting(key: str) -> str:
+    """``posx extend hf:... has no setting 'extend.stepz'; did you mean extend.steps? ...``."""
+    close = difflib.get_close_matches(key, list(DEFAULTS), n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]}? It takes " if close else "; it takes "
+    return f"posx extend hf:... has no setting {key!r}{hint}" + ", ".join(DEFAULTS)
 
 
 def _is_int(value: Any) -> bool:

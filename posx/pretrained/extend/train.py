@@ -16,10 +16,12 @@ and the loss rows) is written last, so a directory without it is incomplete and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,7 +185,8 @@ def save_state(
     if engine.world.is_main and target.exists():
         shutil.rmtree(target)
     barrier(engine.world)
-    dcp.save({"model": model, "optim": optim}, checkpoint_id=str(target))
+    with _one_process_quietly():
+        dcp.save({"model": model, "optim": optim}, checkpoint_id=str(target))
     barrier(engine.world)
     if engine.world.is_main:
         atomic_write(target / TRAINER, json.dumps({"step": step, "rows": rows}))
@@ -191,6 +194,15 @@ def save_state(
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
     barrier(engine.world)
+
+
+@contextlib.contextmanager
+def _one_process_quietly() -> Iterator[None]:
+    """DCP without a process group warns that it assumes one process: that is the plan here,
+    not news for the user (it printed twice per run)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def latest_state(state_dir: Path) -> Path | None:
@@ -213,7 +225,8 @@ def load_state(
         step, rows = int(trainer["step"]), list(trainer["rows"])
         model, optim = get_state_dict(engine.loss, optimizer)
         state = {"model": model, "optim": optim}
-        dcp.load(state, checkpoint_id=str(path))
+        with _one_process_quietly():
+            dcp.load(state, checkpoint_id=str(path))
     except (Exception, CheckpointException) as err:  # noqa: BLE001 - JSON, shards, shapes
         # DCP's CheckpointException is a BaseException holding each rank's own error
         why = next(iter(getattr(err, "failures", {}).values()), err)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from posx.report.labels import table_keys
+from posx.report.plots.depths import depth_figures
 from posx.report.plots.figures import (
     Figures,
     heatmap_figure,
@@ -85,6 +86,7 @@ def figures(
                 continue
             out.figures.append((slug("positions", meta), positions_figure(meta, part, by, colors)))
     out.figures += operand_figures(rows)
+    out.figures += depth_figures(rows)
     units = {str(t.meta.get("task")): length_unit(t.meta) for t in tables}
     if training is not None and len(training):
         for key, part in training.groupby(["task", "model", "train_length"]):

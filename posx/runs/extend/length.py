@@ -66,13 +66,18 @@ def launch_lengths(cfg: DictConfig, parent: DictConfig, user_keys: set[str]) -> 
         user_keys: The keys the user named (``extend.length``, ``eval.lengths``).
 
     Raises:
-        ConfigError: A factor that is not positive, or one whose length is not whole.
+        ConfigError: A factor below 1, or one whose length is not whole.
     """
     factor = float(cfg.extend.factor)
     parent_length = int(parent.train.length)
     base_length = int(OmegaConf.select(parent, "extend.base_length") or parent_length)
     default = factor * parent_length
-    if factor <= 0 or not default.is_integer():
+    if factor < 1:  # the scaling's own check would say "RoPE scaling factor", not the key
+        raise ConfigError(
+            f"extend.factor must be >= 1 (an extension fine-tunes at extend.factor × the "
+            f"parent's train.length {parent_length}), got {_number(factor)}"
+        )
+    if not default.is_integer():
         raise ConfigError(
             f"extend.factor={_number(factor)} times the parent's train.length {parent_length} "
             "is not a whole length; choose a factor that gives one, or name extend.length"

@@ -33,7 +33,12 @@ from posx.runs.extend.methods import (
     with_methods,
 )
 from posx.runs.launch import run_train
-from posx.runs.preflight import check_buildable, override_combinations, split_args
+from posx.runs.preflight import (
+    check_buildable,
+    override_combinations,
+    runs_here,
+    split_args,
+)
 from posx.runs.shapes import check_shapes
 from posx.saved import SavedRun
 from posx.saved.process import training_process
@@ -62,6 +67,11 @@ def parents_of(path: Path) -> list[SavedRun]:
         raise ConfigError(f"run directory does not exist: {path}")
     if (path / ".hydra").is_dir() or (path / "run.json").is_file() or not path.is_dir():
         return [SavedRun(path)]
+    if (path / "config.json").is_file():  # save_pretrained's directory, named without hf:
+        raise ConfigError(
+            f"{path} is a Hugging Face model directory (config.json), not a posx run: extend it "
+            f"with posx extend hf:{path} extension=NAME"
+        )
     found = []
     for run in map(SavedRun, find_runs(path)):
         try:
@@ -244,7 +254,8 @@ def _launches(
     for combo in combos:
         cfg, lengths = composed(combo)
         _check_class(run, parent, cfg, user)
-        check_buildable(cfg)  # what cannot train (PoSE's positions for Abacus) fails here
+        # what cannot train (PoSE's positions for Abacus, no CUDA here) fails here
+        check_buildable(cfg, runs_here(user))
         groups.setdefault(lengths, []).append(combo)
     check_shapes(run, combos, lambda combo: composed(combo)[0])
     if len(groups) == 1:

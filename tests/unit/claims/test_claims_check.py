@@ -115,7 +115,7 @@ def test_an_mrr_ranking_across_tasks(tmp_path: Path):
     assert mrr == pytest.approx({"nope": 1.0, "alibi": 0.5, "rope": 1 / 3})
     assert verdicts["mrr"].statistic().endswith("3/3")  # one ranking per seed
     assert verdicts["copy"].metric == "exact_match"
-    assert "name one with 'on TASK'" in verdicts["which"].reason
+    assert "the claim names none: pass --task copy" in verdicts["which"].reason
 
 
 def test_runs_of_other_presets_and_unnamed_runs_are_left_aside(tmp_path: Path):
@@ -219,3 +219,15 @@ def test_a_fractional_factor_reads_the_length_it_names(tmp_path: Path):
     (verdict,) = check_root(odd / "results", [odd / "conf"]).verdicts
     assert verdict.verdict == INCONCLUSIVE
     assert "1.5 x its training length 5 is not a whole length" in verdict.reason
+
+
+def test_each_shipped_preset_knows_the_tasks_it_trains():
+    """From its configs/experiment file (defaults, sweep, arms): what `posx check` judges a
+    preset's task-less claims on, beside a run of another task in the same root (issue 57)."""
+    from posx.claims.preset import preset_tasks
+
+    assert preset_tasks("context_extension") == ["text"]
+    assert preset_tasks("alibi_table2_bpe") == ["text_bpe"]
+    assert preset_tasks("nope_synthetic") == ["copy", "parity_scratchpad", "reverse"]
+    assert preset_tasks("arithmetic") == ["arithmetic", "arithmetic_hints"]  # through its arms
+    assert preset_tasks("nosuch") == []

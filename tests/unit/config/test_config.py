@@ -102,7 +102,9 @@ def test_check_overrides_accepts_a_valid_sweep(monkeypatch):
     monkeypatch.setattr(
         preflight, "_check_config", lambda cfg, *a: checked.append(cfg) or check(cfg, *a)
     )
-    monkeypatch.setattr(preflight, "check_buildable", lambda cfg: built.append(cfg) or build(cfg))
+    monkeypatch.setattr(
+        preflight, "check_buildable", lambda cfg, *a: built.append(cfg) or build(cfg, *a)
+    )
     check_overrides(
         ["encoding=nope,alibi", "task=copy", "train.length=16", "model.d_model=32"], build=True
     )

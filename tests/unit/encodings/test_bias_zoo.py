@@ -272,3 +272,20 @@ def test_fire_takes_flex_attention_through_its_own_score_mod():
     layer = FIRE(4, 2, train_length=6).for_layer(1)
     assert not layer.relative_bias and layer.has_score_mod
     assert flex_unsupported_reason(layer) is None
+
+
+def test_fire_trains_with_the_blocked_kernel_on_cuda_and_evaluates_in_flex():
+    """An H200 run (issue 58) showed FlexAttention's compiled backward failing on FIRE's MLP
+    score_mod: training takes the blocked kernel there, evaluation keeps FlexAttention; ALiBi's
+    own score_mod (no captured gradient) trains in FlexAttention."""
+    from posx.encodings.alibi import ALiBi
+    from posx.model.attention import choose_kernel
+
+    cuda = torch.device("cuda")
+    fire = FIRE(4, 2, train_length=6).for_layer(1)
+    assert not fire.score_mod_trains
+    assert choose_kernel(fire, cuda, needs_grad=True, flex_available=True) == "blocked"
+    assert choose_kernel(fire, cuda, needs_grad=False, flex_available=True) == "flex"
+    alibi = ALiBi(4)
+    assert alibi.has_score_mod and alibi.score_mod_trains
+    assert choose_kernel(alibi, cuda, needs_grad=True, flex_available=True) == "flex"

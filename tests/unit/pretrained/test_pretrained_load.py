@@ -62,3 +62,26 @@ def test_posx_imports_transformers_only_to_load_a_model():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_directory_is_hashed_once_and_again_when_a_file_changes(tmp_path, monkeypatch):
+    """posx extend hf: names its run, then plans it: a model's files are read once, and a file
+    that changed in between is read again (the revision names what was trained)."""
+    import os
+
+    from posx.pretrained import load
+
+    (tmp_path / "a.bin").write_bytes(b"x" * 100)
+    reads = []
+    real = open
+
+    def counting(file, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        reads.append(str(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting)
+    first = load.directory_hash(tmp_path)
+    assert load.directory_hash(tmp_path) == first and len(reads) == 1
+    (tmp_path / "a.bin").write_bytes(b"y" * 100)
+    os.utime(tmp_path / "a.bin", ns=(1, 1))  # same size, another time
+    assert load.directory_hash(tmp_path) != first and len(reads) == 2

@@ -76,7 +76,8 @@ def test_runs_as_json_for_scripts(tmp_path, cli):
     assert got["runs/a_finished"] == {
         "status": "finished", "encoding": "rope", "task": "copy", "model": "tiny", "L_train": 16,
         "steps_done": 30, "steps_total": 30, "seed": 1, "final_loss": 1.25,
-        "eval_lengths": [16, 32], "parent": None, "run": "runs/a_finished", "error": None,
+        "eval_lengths": [16, 32], "parent": None, "run": "runs/a_finished",
+        "path": str(tmp_path / "runs" / "a_finished"), "error": None,
     }  # fmt: skip
     interrupted = got["runs/c_interrupted"]
     assert (interrupted["steps_done"], interrupted["final_loss"]) == (20, 2.8)

@@ -92,8 +92,12 @@ def test_what_a_directory_that_is_no_run_says(tmp_path):
     assert not run.is_run() and not run.has_checkpoint()
     with pytest.raises(ConfigError, match="run directory does not exist"):
         _ = run.config
-    with pytest.raises(ConfigError, match=r"no \.hydra/overrides\.yaml"):
+    with pytest.raises(ConfigError, match="run directory does not exist"):  # not "no overrides"
         _ = run.overrides
+    (tmp_path / "missing").mkdir()
+    with pytest.raises(ConfigError, match=r"no \.hydra/overrides\.yaml"):
+        _ = SavedRun(tmp_path / "missing").overrides
+    run = SavedRun(tmp_path / "missing")
     with pytest.raises(ConfigError, match=r"no run\.json"):
         _ = run.info
     assert run.info_if_any == {} and run.recorded_config is None and run.fingerprint == ""
