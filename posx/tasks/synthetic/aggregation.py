@@ -56,7 +56,7 @@ class CommonItemsTask(SyntheticTask):
         self.common, self.common_repeats = common, common_repeats
         self.uncommon_repeats, self.num_items = uncommon_repeats, num_items
         fixed, per = common * (common_repeats + 1) + 2, uncommon_repeats
-        self.length_mapping = f"n = (length + 1 - {fixed}) // {per} uncommon items"
+        self.length_mapping = f"n = (length - {fixed - 1}) // {per} uncommon items"
         super().__init__(num_items, min_size)
 
     def footprint(self, size: int) -> int:

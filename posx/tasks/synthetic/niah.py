@@ -7,16 +7,16 @@ random depth of a haystack; its multi-needle tasks hide needles of several keys
 token, a ``D``-token value) and the haystack a repeating filler pattern. Layout for ``n``
 filler tokens, ``K`` keys with ``V`` needles each (``N = K V``) and ``Q`` queried keys::
 
-    BOS f .. NEEDLE k v .. f .. NEEDLE k' v' .. f .. QUERY q_1 .. q_Q SEP answer
+    BOS f .. NEEDLE k v .. f .. NEEDLE k' v' .. f .. SEP q_1 values(q_1) .. q_Q values(q_Q)
 
 The ``K`` keys of a sequence are distinct, so every needle of another key is a distractor
 whose key is never a queried one; values are drawn independently (a distractor may carry the
 same value; the key decides). Needles are shuffled and put at sorted uniform depths in the
-filler. The queried keys are ``Q`` distinct keys of the sequence in random order; the answer
-is, for each queried key in query order, its ``V`` values in the order they appear in the
-prompt (``Q V D`` scored tokens).
+filler. The queried keys are ``Q`` distinct keys of the sequence in random order, given after
+SEP (not scored; RULER's answer prefix names the keys too), each followed by its ``V`` values
+in the order they appear in the prompt (``Q V D`` scored tokens).
 
-Length mapping: ``n + N (D + 2) + Q (V D + 1) + 3`` tokens per instance.
+Length mapping: ``n + N (D + 2) + Q (V D + 1) + 2`` tokens per instance.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ from posx.tasks.synthetic.haystack import place_needles, sorted_depths
 class NeedleTask(SyntheticTask):
     """Multi-key / multi-value / multi-query needle retrieval in filler.
 
-    Token ids: values ``0 .. num_values - 1``, keys next, then the filler pattern, NEEDLE and
-    QUERY.
+    Token ids: values ``0 .. num_values - 1``, keys next, then the filler pattern and NEEDLE.
 
     Args:
         keys: Distinct keys with needles per sequence (RULER's ``num_needle_k``).
@@ -72,10 +71,9 @@ class NeedleTask(SyntheticTask):
         self.filler_tokens = filler_tokens
         self.first_filler = num_values + num_keys
         self.needle_mark = self.first_filler + filler_tokens
-        self.query_mark = self.needle_mark + 1
         fixed = self.footprint(0)
-        self.length_mapping = f"n = length + 1 - {fixed} filler tokens"
-        super().__init__(self.query_mark + 1, min_size)
+        self.length_mapping = f"n = length - {fixed - 1} filler tokens"
+        super().__init__(self.needle_mark + 1, min_size)
 
     @property
     def needles(self) -> int:
@@ -84,7 +82,7 @@ class NeedleTask(SyntheticTask):
 
     def footprint(self, size: int) -> int:
         d, q = self.value_tokens, self.queries
-        return size + self.needles * (d + 2) + q * (self.values_per_key * d + 1) + 3
+        return size + self.needles * (d + 2) + q * (self.values_per_key * d + 1) + 2
 
     def instances(self, sizes: Tensor, generator: torch.Generator) -> Instances:
         b, k, v, q, d = len(sizes), self.keys, self.values_per_key, self.queries, self.value_tokens
@@ -102,22 +100,16 @@ class NeedleTask(SyntheticTask):
         depth = sorted_depths(sizes, n, generator)
         hay, hay_len = place_needles(needle, depth, sizes, self.first_filler, self.filler_tokens)
         asked = torch.rand(b, k, generator=generator).argsort(1)[:, :q]  # [b, Q] key indices
-        query = torch.cat(
-            [torch.full((b, 1), self.query_mark), self.num_values + keys.gather(1, asked)], dim=1
-        )
         # For each query, its V slots in prompt order: a stable sort puts them first.
         mine = owner.unsqueeze(1) == asked.unsqueeze(2)  # [b, Q, N]
         slots = (~mine).long().argsort(dim=2, stable=True)[:, :, :v]  # [b, Q, V]
-        answer = slot_values.gather(1, slots.reshape(b, q * v, 1).expand(-1, -1, d))
-        prompt = torch.cat([hay, torch.zeros(b, q + 1, dtype=torch.long)], dim=1)
-        at = (hay_len.unsqueeze(1) + torch.arange(q + 1)).clamp(max=prompt.shape[1] - 1)
-        prompt.scatter_(1, at, query)
-        return Instances(
-            prompt,
-            hay_len + q + 1,
-            answer.reshape(b, q * v * d),
-            torch.full_like(sizes, q * v * d),
-        )
+        found = slot_values.gather(1, slots.reshape(b, q * v, 1).expand(-1, -1, d))
+        # After SEP each asked key (given) is followed by its values (scored), as RULER's answer
+        # prefix names the key right before the answer.
+        asked_tok = (self.num_values + keys.gather(1, asked)).unsqueeze(2)  # [b, Q, 1]
+        answer = torch.cat([asked_tok, found.reshape(b, q, v * d)], dim=2).reshape(b, -1)
+        scored = (torch.arange(q * (v * d + 1)) % (v * d + 1) != 0).expand(b, -1)
+        return Instances(hay, hay_len, answer, torch.full_like(sizes, answer.shape[1]), scored)
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "needles": self.needles, "queries": self.queries}

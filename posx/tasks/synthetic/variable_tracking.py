@@ -5,17 +5,17 @@ and asks for every variable that holds the value. At the token level a statement
 ``LET x y`` (three tokens; ``y`` is a value token for a chain's first statement, the previous
 variable otherwise). Layout for ``n`` filler tokens, ``C`` chains of ``H`` hops each::
 
-    BOS f .. LET x_0 v f .. LET x_1 x_0 .. LET x'_0 v' .. LET x_H x_{H-1} f .. QUERY v
-        SEP x_0 x_1 .. x_H
+    BOS f .. LET x_0 v f .. LET x_1 x_0 .. LET x'_0 v' .. LET x_H x_{H-1} f .. SEP v x_0 .. x_H
 
 Every chain has its own value and its own variables (all distinct within a sequence), so the
 other ``C - 1`` chains are distractors that never hold the asked value. Statements of one
 chain appear in chain order (RULER's noise haystack inserts them in order too), chains are
 interleaved uniformly at random, and statements sit at sorted uniform depths in the filler.
-The query names the first chain's value; the answer is its ``H + 1`` variables in chain order,
-which is also the order they are assigned in the prompt.
+After SEP comes the first chain's value (given, not scored: RULER's answer prefix repeats the
+asked value), then the answer: that chain's ``H + 1`` variables in chain order, which is also
+the order they are assigned in the prompt.
 
-Length mapping: ``n + (3C + 1)(H + 1) + 4`` tokens per instance.
+Length mapping: ``n + (3C + 1)(H + 1) + 3`` tokens per instance.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ from posx.tasks.synthetic.haystack import place_needles, sorted_depths
 class VariableTrackingTask(SyntheticTask):
     """Find every variable that a chain of ``hops`` assignments gives the asked value.
 
-    Token ids: variables ``0 .. num_vars - 1``, values next, then the filler pattern, LET and
-    QUERY.
+    Token ids: variables ``0 .. num_vars - 1``, values next, then the filler pattern and LET.
 
     Args:
         hops: Assignments after the first in each chain (RULER's ``num_hops``).
@@ -66,15 +65,12 @@ class VariableTrackingTask(SyntheticTask):
         self.hops, self.chains, self.num_vars, self.num_values = hops, chains, num_vars, num_values
         self.filler_tokens = filler_tokens
         self.first_filler = num_vars + num_values
-        self.let, self.query = (
-            self.first_filler + filler_tokens,
-            self.first_filler + filler_tokens + 1,
-        )
-        self.length_mapping = f"n = length + 1 - {self.footprint(0)} filler tokens"
-        super().__init__(self.query + 1, min_size)
+        self.let = self.first_filler + filler_tokens
+        self.length_mapping = f"n = length - {self.footprint(0) - 1} filler tokens"
+        super().__init__(self.let + 1, min_size)
 
     def footprint(self, size: int) -> int:
-        return size + (3 * self.chains + 1) * (self.hops + 1) + 4
+        return size + (3 * self.chains + 1) * (self.hops + 1) + 3
 
     def instances(self, sizes: Tensor, generator: torch.Generator) -> Instances:
         b, c, h = len(sizes), self.chains, self.hops + 1
@@ -93,10 +89,11 @@ class VariableTrackingTask(SyntheticTask):
         ordered = flat.gather(1, (label * h + rank).unsqueeze(2).expand(-1, -1, 3))
         depth = sorted_depths(sizes, c * h, generator)
         hay, hay_len = place_needles(ordered, depth, sizes, self.first_filler, self.filler_tokens)
-        prompt = torch.cat([hay, torch.zeros(b, 2, dtype=torch.long)], dim=1)
-        at = hay_len.unsqueeze(1) + torch.arange(2)
-        prompt.scatter_(1, at, torch.stack([torch.full_like(sizes, self.query), value[:, 0]], 1))
-        return Instances(prompt, hay_len + 2, var[:, 0], torch.full_like(sizes, h))
+        # After SEP the asked value (given, as RULER's answer prefix repeats it), then the
+        # chain's variables (scored).
+        answer = torch.cat([value[:, :1], var[:, 0]], dim=1)
+        scored = (torch.arange(h + 1) > 0).expand(b, -1)
+        return Instances(hay, hay_len, answer, torch.full_like(sizes, h + 1), scored)
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "hops": self.hops, "chains": self.chains}

@@ -15,11 +15,9 @@ def parse(task: NeedleTask, row: list[int]) -> tuple[list[tuple[int, list[int]]]
     """``(needles as (key, value) in prompt order, queried keys, SEP position)`` of one row."""
     sep = row.index(task.sep)
     prompt = row[1:sep]
-    q = task.queries
-    assert prompt[-q - 1] == task.query_mark
     filler = range(task.first_filler, task.needle_mark)
     needles, i, seen_filler = [], 0, 0
-    while i < len(prompt) - q - 1:
+    while i < len(prompt):
         if prompt[i] == task.needle_mark:
             key, value = prompt[i + 1], prompt[i + 2 : i + 2 + task.value_tokens]
             assert task.num_values <= key < task.num_values + task.num_keys
@@ -31,18 +29,24 @@ def parse(task: NeedleTask, row: list[int]) -> tuple[list[tuple[int, list[int]]]
             assert prompt[i] == filler[seen_filler % len(filler)]
             seen_filler += 1
             i += 1
-    return needles, prompt[-q:], sep
+    # After SEP: each asked key, then its values.
+    step = 1 + task.values_per_key * task.value_tokens
+    asked = [row[sep + 1 + j * step] for j in range(task.queries)]
+    return needles, asked, sep
 
 
 def solve(task: NeedleTask, row: list[int]) -> dict[int, int]:
     needles, asked, sep = parse(task, row)
     assert len(needles) == task.needles
-    answer: list[int] = []
-    for key in asked:
+    out: dict[int, int] = {}
+    step = 1 + task.values_per_key * task.value_tokens
+    for j, key in enumerate(asked):
         mine = [value for k, value in needles if k == key]
         assert len(mine) == task.values_per_key
-        answer += [t for value in mine for t in value]
-    return {sep + i: t for i, t in enumerate(answer)}
+        # The key sits at sep + 1 + j * step; its values are predicted from there on.
+        at = sep + 1 + j * step
+        out |= {at + i: t for i, t in enumerate(t for value in mine for t in value)}
+    return out
 
 
 SHAPES = [
@@ -81,11 +85,9 @@ def test_needles_spread_over_depths_and_queries_vary():
     batch = task.eval_set(128, 200, seed=0)
     first_needle = (batch.inputs == task.needle_mark).int().argmax(1)
     assert first_needle.min() <= 3 and first_needle.max() > 40
-    sep = (batch.inputs == task.sep).int().argmax(1)
-    asked = batch.inputs.gather(1, (sep - 1).unsqueeze(1)).squeeze(1)
     depth_rank = []
-    for row, key in zip(batch.inputs.tolist(), asked.tolist(), strict=True):
-        needles, _, _ = parse(task, row)
+    for row in batch.inputs.tolist():
+        needles, (key,), _ = parse(task, row)
         depth_rank.append([k for k, _ in needles].index(key))
     assert set(depth_rank) == {0, 1, 2, 3}  # the asked needle is first, second, ... in the prompt
 
@@ -96,9 +98,12 @@ def test_yaml_length_stays_exact_at_every_eval_length(name):
     for length in (32, 64, 96, 128):
         data = task.eval_set(length, 16, seed=0)
         assert data.inputs.shape == (16, length)
-        # The largest filler fits: SEP + answer end exactly at the last target.
-        answer = task.queries * task.values_per_key * task.value_tokens
-        assert bool(data.mask[:, -answer:].all()) and not data.mask[:, :-answer].any()
+        # The largest filler fits: the last value ends exactly at the last target, and only
+        # values are scored (the asked keys after SEP are given).
+        step = 1 + task.values_per_key * task.value_tokens
+        tail = torch.arange(task.queries * step) % step != 0
+        assert torch.equal(data.mask[:, -len(tail) :], tail.expand(16, -1))
+        assert not data.mask[:, : -len(tail)].any()
         assert (data.inputs == task.needle_mark).sum(1).eq(task.needles).all()
 
 

@@ -17,16 +17,15 @@ def statements(
     """``(assignments (target, source) in prompt order, asked value, SEP position)``."""
     sep = row.index(task.sep)
     prompt = row[1:sep]
-    assert prompt[-2] == task.query
     out, i = [], 0
-    while i < len(prompt) - 2:
+    while i < len(prompt):
         if prompt[i] == task.let:
             out.append((prompt[i + 1], prompt[i + 2]))
             i += 3
         else:
             assert task.first_filler <= prompt[i] < task.let, "only filler between statements"
             i += 1
-    return out, prompt[-1], sep
+    return out, row[sep + 1], sep
 
 
 def is_var(task: VariableTrackingTask, token: int) -> bool:
@@ -46,7 +45,8 @@ def solve(task: VariableTrackingTask, row: list[int]) -> dict[int, int]:
         if value == asked:
             holders.append(target)
     assert len(holders) == task.hops + 1
-    return {sep + i: v for i, v in enumerate(holders)}
+    # The asked value sits at sep + 1; the variables are predicted from there on.
+    return {sep + 1 + i: v for i, v in enumerate(holders)}
 
 
 @pytest.mark.parametrize(("hops", "chains"), [(4, 1), (2, 2), (1, 3), (3, 4)])
