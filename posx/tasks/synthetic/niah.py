@@ -51,8 +51,8 @@ class NeedleTask(SyntheticTask):
         values_per_key: int = 1,
         queries: int = 1,
         num_keys: int = 16,
-        num_values: int = 10,
-        value_tokens: int = 2,
+        num_values: int = 16,
+        value_tokens: int = 1,
         filler_tokens: int = 8,
         min_size: int = 1,
     ) -> None:
