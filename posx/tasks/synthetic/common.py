@@ -145,11 +145,16 @@ class SyntheticTask(Task):
                 f"{type(self).__name__} with min_size={self.min_size} needs length >= {need},"
                 f" got {length}"
             )
-        lo, hi = self.min_size, max(self.min_size, length + 1)
+        lo, hi = self.min_size, max(self.min_size, self.size_bound(length))
         while lo < hi:  # largest n in [lo, hi] with footprint(n) <= length + 1
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if self.footprint(mid) <= length + 1 else (lo, mid - 1)
         return lo
+
+    def size_bound(self, length: int) -> int:
+        """An upper bound on :meth:`size_for`: every task whose instances grow by at least a
+        token per size step stays within ``length + 1``."""
+        return length + 1
 
     def make(self, sizes: Tensor, length: int, generator: torch.Generator) -> Batch:
         """Instances of ``sizes [b]`` laid out in ``length`` input tokens."""
