@@ -76,6 +76,8 @@ def root(tmp_path_factory) -> Path:
     (rope,) = [p.parent for p in root.rglob("copy_rope_L16_*/run.json")]
     for scaling in SCALINGS:
         scale = [f"encoding.scaling.type={scaling}", "encoding.scaling.factor=2"]
+        if scaling == "longrope":  # per-dimension factors, one per rotated pair (d_h 8: 4)
+            scale.append("+encoding.scaling.factors=[1.0,1.5,2.0,2.0]")
         evaluate(str(rope), "--lengths", "32", "--no-progress", *scale)
     evaluate("--root", str(root), "--lengths", "16,32", "--no-progress")
     return root
