@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -32,7 +31,9 @@ def test_joblib_sweep_shares_one_directory_and_survives_a_failed_job(
         "hydra/launcher=local_parallel",
         "hydra.launcher.n_jobs=2",  # as README's CLI block says
         "encoding=nope,alibi",
-        "train.device=cpu,cuda",
+        # a job that fails while it trains: its loss overflows at the second step (a device
+        # this machine lacks, the failure this test once used, is now refused before any job)
+        "train.lr=1e-3,1e30",
         *shown,
         "train.progress_every=0",  # a plain line at every logged step
     )
@@ -43,16 +44,13 @@ def test_joblib_sweep_shares_one_directory_and_survives_a_failed_job(
     status = sorted(
         json.loads(p.read_text())["status"] for p in (tmp_path / "sweeps").rglob("run.json")
     )
-    if torch.cuda.is_available():
-        assert status == ["trained"] * 4
-    else:  # the cuda jobs fail with a recorded reason; their cpu siblings still finish
-        assert status == ["failed", "failed", "trained", "trained"], proc.stderr
-        assert "CUDA is not available" in proc.stderr
+    # the overflowing jobs fail with a recorded reason; their siblings still finish
+    assert status == ["failed", "failed", "trained", "trained"], proc.stderr
+    assert "loss became" in proc.stderr
     assert len(list((tmp_path / "sweeps").rglob("eval.csv"))) == status.count("trained")
     # failures in joblib workers still reach the exit code
-    assert proc.returncode == (0 if torch.cuda.is_available() else 1), proc.stderr
-    if not torch.cuda.is_available():
-        assert "2 run(s) of the sweep failed" in proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert "2 run(s) of the sweep failed" in proc.stderr
     # issue 35, item 8: the jobs' progress lines interleave; each names its run
     trained = {
         p.parent.name
@@ -60,9 +58,10 @@ def test_joblib_sweep_shares_one_directory_and_survives_a_failed_job(
         if json.loads(p.read_text())["status"] == "trained"
     }
     steps = [x for x in proc.stdout.splitlines() if re.search(r"\bstep +\d+/30\b", x)]
-    assert len(steps) == 3 * len(trained), proc.stdout
     tags = {x.split("] ")[0][1:] if x.startswith("[") else "" for x in steps}
-    assert tags == trained, steps
+    assert trained <= tags, steps
+    finished = [x for x in steps if x.split("] ")[0][1:] in trained]
+    assert len(finished) == 3 * len(trained), proc.stdout
 
 
 @pytest.mark.slow
