@@ -115,6 +115,24 @@ def load_for_eval(request: Request) -> Loaded:
     return Loaded(model, tokenizer, source, trained, info, device)
 
 
+def refuse_generation_with_self_extend(request: Request) -> None:
+    """Self-Extend's hf attention scores whole windows and takes no KV cache, which RULER's
+    generation needs: refused before anything loads, not a ``failed`` row per task.
+
+    Raises:
+        ConfigError: ``--suite ruler`` with a ``selfextend`` variant.
+    """
+    if "ruler" not in request.suites:
+        return
+    for v in request.settings.variants:
+        if v.type == "selfextend":
+            spec = f"selfextend:{v.factor:g},{v.window}"
+            raise ConfigError(
+                f"--variant {spec} scores whole windows (no KV cache), and RULER's tasks "
+                "generate with one: evaluate it with --suite text, or RULER without it"
+            )
+
+
 def processes(request: Request) -> World:
     """This process's place under ``torchrun`` (joining its process group), or a single process.
 
@@ -150,6 +168,7 @@ def evaluate_pretrained(
     """
     check_writable(request.root)
     s, values = request.settings, request.values
+    refuse_generation_with_self_extend(request)
     w = processes(request)
     raw, corpus = held_out_bytes(
         values["task.corpus"], float(values["task.val_fraction"]), values["task.max_bytes"],

@@ -117,6 +117,11 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
             "llama",
             "ruler.samples applies to RULER's tasks: add --suite ruler",
         ),
+        (
+            ["--lengths", "1000", "--variant", "selfextend:4,16"],
+            "llama",
+            "--variant selfextend:4,16 scores whole windows",
+        ),
     ],
     ids=[
         "unknown-task",
@@ -128,6 +133,7 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
         "memory",
         "sliding",
         "ruler-setting-without-ruler",
+        "selfextend-generates-nothing",
     ],
 )
 def test_bad_ruler_input_is_one_line_and_writes_nothing(cli, models, tmp_path, args, model, text):
