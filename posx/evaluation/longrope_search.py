@@ -30,12 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posx.config.schema import LongRopeSearchConfig
 from posx.encodings.rope_scaling import RopeScaling, base_inv_freq, scaled_inv_freq
 from posx.errors import ConfigError, PosxError
 
 STATE_VERSION = 1
 Fitness = Callable[[Sequence[float]], float]
 Say = Callable[[str], None]
+_DEFAULTS = LongRopeSearchConfig()
 
 
 @dataclass(frozen=True)
@@ -54,14 +56,15 @@ class SearchSettings:
         seed: The generator's seed.
     """
 
-    population: int = 8
-    parents: int = 4
-    mutations: int = 4
-    crossovers: int = 2
-    iterations: int = 3
-    step: float = 0.01
+    # one source of the defaults: the schema's extend.longrope, which posx extend RUN composes
+    population: int = _DEFAULTS.population
+    parents: int = _DEFAULTS.parents
+    mutations: int = _DEFAULTS.mutations
+    crossovers: int = _DEFAULTS.crossovers
+    iterations: int = _DEFAULTS.iterations
+    step: float = _DEFAULTS.step
     rate: float = 0.3
-    seed: int = 0
+    seed: int = _DEFAULTS.seed
 
     def check(self) -> None:
         """Raises ConfigError (one line) on a size that cannot run."""

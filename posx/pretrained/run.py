@@ -120,15 +120,14 @@ def refuse_generation_with_self_extend(request: Request) -> None:
     generation needs: refused before anything loads, not a ``failed`` row per task.
 
     Raises:
-        ConfigError: ``--suite ruler`` with a ``selfextend`` variant.
+        ConfigError: ``--suite ruler`` with a variant that cannot generate (Self-Extend).
     """
     if "ruler" not in request.suites:
         return
     for v in request.settings.variants:
-        if v.type == "selfextend":
-            spec = f"selfextend:{v.factor:g},{v.window}"
+        if not v.generates:
             raise ConfigError(
-                f"--variant {spec} scores whole windows (no KV cache), and RULER's tasks "
+                f"--variant {v.spec} scores whole windows (no KV cache), and RULER's tasks "
                 "generate with one: evaluate it with --suite text, or RULER without it"
             )
 

@@ -54,6 +54,21 @@ class Variant:
         out = f"encoding.scaling.factor={self.factor} encoding.scaling.type={self.type}"
         return out if self.window is None else f"{out} encoding.scaling.window={self.window}"
 
+    @property
+    def generates(self) -> bool:
+        """Whether the model can generate under it: Self-Extend's attention scores whole windows
+        and takes no KV cache (:mod:`posx.pretrained.self_extend`)."""
+        return self.type != "selfextend"
+
+    @property
+    def spec(self) -> str:
+        """As ``--variant`` takes it (``selfextend:4,16``, ``yarn:4``, ``none``)."""
+        if self.type == "none":
+            return "none"
+        if self.window is not None:
+            return f"{self.type}:{self.factor:g},{self.window}"
+        return f"{self.type}:{self.factor:g}"
+
 
 def parse_variant(text: str) -> Variant:
     """``yarn:4`` (or ``yarn×4``, ``yarnx4``) -> :class:`Variant`; ``none`` -> the model as saved;
