@@ -87,6 +87,7 @@ def run_train(
     debug: bool = False,
     dirs: list[Path] | None = None,
     trust: Sequence[str] | None = None,
+    configs_checked: bool = False,
 ) -> None:
     """``posx train ARGS``: checks the overrides, then runs Hydra with ARGS.
 
@@ -97,6 +98,8 @@ def run_train(
             ``hydra.searchpath=`` in ``args`` add to them.
         trust: For ARGS that come from a run directory (``posx resume``) rather than the
             user's command line: only posx's and trusted ``_target_`` classes are then built.
+        configs_checked: The caller composed and checked every combination of ARGS already
+            (``posx extend``'s plan): only Hydra's own settings are checked here.
 
     Raises:
         ConfigError: A bad override or Hydra usage error (before any run starts).
@@ -108,9 +111,8 @@ def run_train(
     dirs, overrides = config_dirs(user_config_dirs([*base, *flag_dirs], env=False), overrides)
     multirun = bool({"-m", "--multirun"} & set(flags))
     if not NO_CHECK_FLAGS & set(flags):
-        check_overrides(
-            overrides, build="--cfg" not in flags and "-c" not in flags, dirs=dirs, trust=trust
-        )
+        build = "--cfg" not in flags and "-c" not in flags
+        check_overrides(overrides, build, dirs, trust, configs_checked=configs_checked)
     # only now, the overrides checked: a mistyped one is answered without waiting for torch
     from posx.runtime.distributed import broadcast_from_main, init_process_group
 

@@ -99,6 +99,7 @@ def check_overrides(
     build: bool = True,
     dirs: list[Path] | None = None,
     trust: Sequence[str] | None = None,
+    configs_checked: bool = False,
 ) -> None:
     """Composes, validates and (with ``build``) instantiates every value of every override.
 
@@ -106,6 +107,9 @@ def check_overrides(
     ``dirs`` are the user's config dirs (default: from ``POSX_CONFIG_PATH``).
     With ``trust`` (overrides read from a run directory, not typed by the user), a ``_target_``
     that is neither posx's nor under a trusted prefix is refused before anything is built.
+    With ``configs_checked`` (the caller composed and checked each combination itself with
+    :func:`check_config`, as ``posx extend`` does), only Hydra's own settings are checked: a
+    second compose and build of each would double the start-up of every launch.
     """
     dirs = user_config_dirs() if dirs is None else dirs
     parsed = parse_overrides(overrides, dirs)
@@ -113,6 +117,8 @@ def check_overrides(
     combos = _combinations(options)
     if hydra_overrides:  # e.g. an unknown launcher: one line here instead of Hydra's report
         compose([*min(combos), *hydra_overrides], dirs, hydra_node=True)
+    if configs_checked:
+        return
     here = runs_here(hydra_overrides)
     for combo in itertools.islice(sorted(combos), MAX_CHECKED):
         try:
@@ -120,7 +126,7 @@ def check_overrides(
         except ListValueError as err:  # `eval.lengths=32,64`: the user's line names the fix
             typed = [o for o in parsed if o.key_or_group == err.key and o.is_sweep_override()]
             raise (ConfigError(list_sweep(typed[0])) if typed else err) from err
-        _check_config(cfg, build, trust, here)
+        check_config(cfg, build, trust, here)
 
 
 def runs_here(overrides: Sequence[str]) -> bool:
@@ -188,7 +194,7 @@ def _combinations(options: list[list[str]]) -> set[tuple[str, ...]]:
     return combos
 
 
-def _check_config(cfg: DictConfig, build: bool, trust: Sequence[str] | None, here: bool) -> None:
+def check_config(cfg: DictConfig, build: bool, trust: Sequence[str] | None, here: bool) -> None:
     """Validates one composed combination and, with ``build``, builds what it would train
     (``here``: its job runs on this machine, so its device must exist here)."""
     validate(cfg)

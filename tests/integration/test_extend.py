@@ -258,6 +258,24 @@ def test_a_sweep_of_extensions_says_what_the_user_chose_and_compares_with_the_pa
     assert f"posx report --root {root}    # compare the sweep's runs with their parent" in out
 
 
+def test_each_combination_is_composed_and_built_once(cli, base, tmp_path, monkeypatch):
+    """Issue 53: the plan checked each combination, then the launch composed, validated and
+    built it again (a second compose and model build per launch)."""
+    from posx.runs import preflight
+
+    built, build = [], preflight.check_buildable
+    monkeypatch.setattr(
+        preflight, "check_buildable", lambda cfg, *a: built.append(cfg) or build(cfg, *a)
+    )
+    root = tmp_path / "results"
+    parent = Path(shutil.copytree(base, root / "runs" / base.name))
+    result = cli("extend", "-m", str(parent), "extension=pi,yarn", *FT, "eval.lengths=[16]",
+                 f"root={root}")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(_runs(root)) == 3  # the parent and its two extensions
+    assert sorted(c.encoding.scaling.type for c in built) == ["linear", "yarn"]
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [

@@ -37,7 +37,7 @@ from posx.runs.extend.methods import (
 from posx.runs.extend.parent import check_parent, parents_of
 from posx.runs.launch import run_train
 from posx.runs.preflight import (
-    check_buildable,
+    check_config,
     override_combinations,
     runs_here,
     split_args,
@@ -126,11 +126,16 @@ def _say(line: str) -> None:
 
 
 def _launches(
-    run: SavedRun, parent: dict[str, Any], user: list[str], dirs: list[Path]
+    run: SavedRun,
+    parent: dict[str, Any],
+    user: list[str],
+    dirs: list[Path],
+    trust: Sequence[str] = (),
 ) -> list[list[str]]:
     """The overrides of each Hydra launch for one parent and one method launch, every
-    combination checked (encoding class, shapes); one launch per distinct factor and length
-    (a sweep over ``extend.factor`` sets a length per value)."""
+    combination checked as ``posx train`` checks one (validated, ``trust`` for the classes,
+    built), and for the extension (encoding class, shapes); one launch per distinct factor and
+    length (a sweep over ``extend.factor`` sets a length per value)."""
     keys = {override_key(o) for o in user}
     placeholder = [] if "extend.length" in keys else [f"extend.length={parent['cfg'].train.length}"]
     configs: dict[tuple[str, ...], tuple[DictConfig, Lengths]] = {}
@@ -158,8 +163,9 @@ def _launches(
     for combo in combos:
         cfg, lengths = composed(combo)
         _check_class(run, parent, cfg, user)
-        # what cannot train (PoSE's positions for Abacus, no CUDA here) fails here
-        check_buildable(cfg, runs_here(user))
+        # what cannot train (PoSE's positions for Abacus, no CUDA here) fails here, and the
+        # launch does not check it again
+        check_config(cfg, build=True, trust=trust, here=runs_here(user))
         groups.setdefault(lengths, []).append(combo)
     check_shapes(run, combos, lambda combo: composed(combo)[0])
     if len(groups) == 1:
@@ -191,7 +197,9 @@ def _plan(path: Path, user: list[str], dirs: list[Path], trust: Sequence[str]) -
         mine = with_methods(user, fit) if refused else user
         for method in split_methods(mine, dirs, parent):
             try:
-                launches += [Launch(run, args) for args in _launches(run, parent, method, dirs)]
+                launches += [
+                    Launch(run, args) for args in _launches(run, parent, method, dirs, trust)
+                ]
             except ConfigError as err:
                 if len(chosen_methods(user)) < 2:
                     raise
@@ -245,7 +253,7 @@ def run_extend(
     failed = []
     for launch in launches:
         try:
-            run_train([*flags, *launch.overrides], debug, dirs, trust)
+            run_train([*flags, *launch.overrides], debug, dirs, trust, configs_checked=True)
         except Interrupted:
             raise
         except PosxError as err:

@@ -98,9 +98,9 @@ def test_unknown_encoding_in_a_sweep_is_caught():
 def test_check_overrides_accepts_a_valid_sweep(monkeypatch):
     """Every value of the sweep is composed with the other overrides, validated and built."""
     checked, built = [], []
-    check, build = preflight._check_config, preflight.check_buildable
+    check, build = preflight.check_config, preflight.check_buildable
     monkeypatch.setattr(
-        preflight, "_check_config", lambda cfg, *a: checked.append(cfg) or check(cfg, *a)
+        preflight, "check_config", lambda cfg, *a: checked.append(cfg) or check(cfg, *a)
     )
     monkeypatch.setattr(
         preflight, "check_buildable", lambda cfg, *a: built.append(cfg) or build(cfg, *a)
