@@ -45,6 +45,31 @@ def test_the_searched_factors_are_the_extensions_rope(cli, copy_run, tmp_path):
     torch.testing.assert_close(rope._freq, base_inv_freq(10000.0, 8) / torch.tensor(factors))
 
 
+def test_each_candidate_is_scored_without_composing_the_config_again(
+    cli, copy_run, tmp_path, monkeypatch
+):
+    """Issue 53: each candidate's config was composed anew by Hydra (25 composes, more time
+    than scoring them on a tiny model); the launch's config with the factors set is the same."""
+    from posx.config import compose as compose_module
+
+    composed, compose = [], compose_module.hydra_compose
+    monkeypatch.setattr(
+        compose_module, "hydra_compose", lambda *a, **k: composed.append(k) or compose(*a, **k)
+    )
+    done = cli(
+        "extend",
+        str(copy_run()),
+        *SEARCH,
+        "eval.lengths=[16]",
+        f"root={tmp_path / 'out'}",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "longrope search iteration 2/2" in done.stderr
+    # the parent's config, the probe and the launch, the launch with the factors found, and
+    # Hydra's launch (sweep directory): 5, never one per candidate
+    assert len(composed) <= 5, len(composed)
+
+
 def test_an_alibi_parent_is_refused_and_nothing_is_written(cli, tmp_path):
     done = cli("train", *TINY, "encoding=alibi", "train.steps=2", f"root={tmp_path}")
     assert done.returncode == 0, done.stderr

@@ -16,16 +16,16 @@ asks which method it runs.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posx.config.build import build_model, build_task, model_dims
-from posx.config.compose import compose
 from posx.config.paths import options
 from posx.config.validate import validate
 from posx.errors import ConfigError
@@ -101,7 +101,11 @@ def search_overrides(
     data = [task.train_batch(batch, length, gen) for _ in range(windows)]
 
     def fitness(factors: Sequence[float]) -> float:
-        made = compose([*overrides, f"{FACTORS}=[{','.join(map(repr, factors))}]"], dirs)
+        # the launch's config with the candidate's factors, as the override below would set
+        # them: composing it again per candidate cost more than scoring a tiny model
+        made = copy.deepcopy(cfg)
+        with open_dict(made):
+            made.encoding.scaling.factors = [float(f) for f in factors]
         model = build_model(made, task.vocab_size)
         run.load_into(model)
         model.eval()
