@@ -19,10 +19,12 @@ from posx.errors import ConfigError, one_line
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
-# bytes per element of each dtype the format names
-ITEM_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2,
-              "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8,
-              "F64": 8}  # fmt: skip
+# bits per element of the dtypes the format names (a dtype newer than these is taken as
+# written: its tensors' sizes go unchecked, never refused)
+ITEM_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "F4": 4,
+             "F6_E2M3": 6, "F6_E3M2": 6, "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+             "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64,
+             "C64": 64}  # fmt: skip
 MAX_HEADER = 100 * 2**20  # the format's own limit on a header
 
 
@@ -44,7 +46,8 @@ def read_header(file: Path) -> dict[str, Tensor]:
 
     Raises:
         ConfigError: One line naming the file: unreadable, a header longer than the file, not a
-            JSON object, an unknown dtype, or a tensor whose bytes do not match its shape.
+            JSON object, a tensor without a dtype, or one whose bytes lie outside the file or
+            do not match its shape.
     """
 
     def damaged(why: str) -> ConfigError:
@@ -79,12 +82,13 @@ def _tensor(name: str, entry: Any, data: int, damaged: Any) -> Tensor:
     if not isinstance(entry, dict):
         raise damaged(f"tensor {name!r} is not described")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in ITEM_BYTES:
+    if not isinstance(dtype, str) or not dtype:
         raise damaged(f"tensor {name!r} has dtype {dtype!r}")
     if not _naturals(shape) or not (_naturals(offsets) and len(offsets) == 2):
         raise damaged(f"tensor {name!r} has no valid shape and offsets")
     begin, end = offsets
-    if not 0 <= begin <= end <= data or end - begin != math.prod(shape) * ITEM_BYTES[dtype]:
+    bits = ITEM_BITS.get(dtype)
+    if not 0 <= begin <= end <= data or (bits and 8 * (end - begin) != math.prod(shape) * bits):
         raise damaged(f"tensor {name!r} does not lie where its header says")
     return Tensor(dtype, tuple(shape))
 

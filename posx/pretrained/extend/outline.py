@@ -212,13 +212,14 @@ def draft_plan(word: str, values: dict[str, Any], options: Options) -> Draft | N
 def _plain(raw: dict[str, Any]) -> bool:
     """A config transformers reads as written: every width given, RoPE unscaled in this
     version's ``rope_parameters`` form, no attention kernel asked for (the eager one holds
-    scores the estimate counts)."""
+    scores the estimate counts), not quantized."""
     widths = all(isinstance(raw.get(k), int) and raw[k] > 0 for k in WIDTHS)
     rope = raw.get("rope_parameters")
     unscaled = isinstance(rope, dict) and set(rope) == {"rope_theta", "rope_type"}
     unscaled = unscaled and rope["rope_type"] == "default" and not raw.get("rope_scaling")
     kernel = any("attn_implementation" in k for k in raw)
-    return widths and unscaled and not kernel
+    packed = "quantization_config" in raw  # its headers hold packed integers, not parameters
+    return widths and unscaled and not kernel and not packed
 
 
 def _device(name: str, max_memory: Any) -> str | None:
