@@ -5,8 +5,9 @@ so ``--dry-run`` answers in well under the seconds those imports take.
 
 The draft answers only where it gives what :func:`posx.pretrained.extend.plan.make_plan` gives
 (the same lines, the same estimate; ``tests/unit/pretrained/test_extend_outline.py`` holds them
-equal): a local directory of a family whose modules it knows (:data:`FAMILIES`), a config naming
-every width and its context, safetensors weights, a method that sets no LongRoPE, NTK nor
+equal): a local directory of a family whose modules it knows (:data:`FAMILIES`), a config
+naming every width and its context with RoPE unscaled (as written, or an older file's
+``rope_theta``), not quantized, safetensors weights, a method that sets no LongRoPE, NTK nor
 LongLoRA, one process and a device known without torch. Elsewhere it returns None and the plan
 is made as before.
 """
@@ -183,13 +184,14 @@ def draft_plan(word: str, values: dict[str, Any], options: Options) -> Draft | N
     raw = source.config
     if raw.get("model_type") not in FAMILIES or not Path(source.name).expanduser().is_dir():
         return None
+    rope = _unscaled_rope(raw)
     if load.check_code(source, options.trust_remote_code, set(FAMILIES)) or not _plain(raw):
         return None
     device = _device(str(values["train.device"]), values["train.max_memory"])
     tensors = read_tensors(source.path) if source.weights == "safetensors" else None
-    if device is None or tensors is None:
+    if device is None or tensors is None or rope is None:
         return None
-    base = config_view(raw)
+    base = config_view({**raw, "rope_parameters": rope})
     trained, _ = trained_length(base, None)
     factor, length, window = lengths(values, trained, source.name, method, True)
     config = extended_config(base, method, factor, trained, length)
@@ -210,16 +212,28 @@ def draft_plan(word: str, values: dict[str, Any], options: Options) -> Draft | N
 
 
 def _plain(raw: dict[str, Any]) -> bool:
-    """A config transformers reads as written: every width given, RoPE unscaled in this
-    version's ``rope_parameters`` form, no attention kernel asked for (the eager one holds
-    scores the estimate counts), not quantized."""
+    """A config transformers reads as written: every width given, no attention kernel asked
+    for (the eager one holds scores the estimate counts), not quantized."""
     widths = all(isinstance(raw.get(k), int) and raw[k] > 0 for k in WIDTHS)
-    rope = raw.get("rope_parameters")
-    unscaled = isinstance(rope, dict) and set(rope) == {"rope_theta", "rope_type"}
-    unscaled = unscaled and rope["rope_type"] == "default" and not raw.get("rope_scaling")
     kernel = any("attn_implementation" in k for k in raw)
     packed = "quantization_config" in raw  # its headers hold packed integers, not parameters
-    return widths and unscaled and not kernel and not packed
+    return widths and not kernel and not packed
+
+
+def _unscaled_rope(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``rope_parameters`` transformers reads from a config whose RoPE is unscaled: as
+    written, or from an older file's ``rope_theta`` (``{"rope_theta": θ, "rope_type":
+    "default"}``); None for a scaled (or unreadable) one, whose reading the full plan does."""
+    if raw.get("rope_scaling"):
+        return None
+    rope = raw.get("rope_parameters")
+    if rope is None:
+        theta = raw.get("rope_theta")
+        ok = isinstance(theta, (int, float)) and not isinstance(theta, bool)
+        return {"rope_theta": theta, "rope_type": "default"} if ok else None
+    if isinstance(rope, dict) and set(rope) == {"rope_theta", "rope_type"}:
+        return rope if rope["rope_type"] == "default" else None
+    return None
 
 
 def _device(name: str, max_memory: Any) -> str | None:

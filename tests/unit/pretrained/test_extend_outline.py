@@ -26,7 +26,8 @@ DRY = Options(dry_run=True)
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> Path:
-    """Tiny llama, qwen2 (biases), mistral, and a llama with tied embeddings and no head_dim."""
+    """Tiny llama, qwen2 (biases), mistral, a llama with tied embeddings and no head_dim, and
+    llama and qwen2 configs as older transformers wrote them."""
     import torch
 
     torch.set_num_threads(1)
@@ -37,6 +38,12 @@ def models(tmp_path_factory) -> Path:
     cfg = json.loads((tied / "config.json").read_text())
     cfg.pop("head_dim")
     (tied / "config.json").write_text(json.dumps(cfg))
+    # as older transformers wrote them: rope_theta (a float, an int), no rope_parameters
+    for kind, theta in (("llama", 500000.0), ("qwen2", 1000000)):
+        old = Path(shutil.copytree(root / kind, root / f"old_{kind}"))
+        cfg = json.loads((old / "config.json").read_text())
+        cfg.pop("rope_parameters")
+        (old / "config.json").write_text(json.dumps({**cfg, "rope_theta": theta}))
     return root
 
 
@@ -46,7 +53,7 @@ def both(model: Path, *words: str):
     return draft_plan(word, values, DRY), make_plan(word, values, DRY, World())
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral", "tied"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral", "tied", "old_llama", "old_qwen2"])
 @pytest.mark.parametrize(
     "words",
     [
@@ -110,6 +117,7 @@ def _edit_config(models: Path, tmp_path: Path, **changes) -> Path:
     [
         ("no weights", ["extension=yarn"]),
         ("old rope_scaling", ["extension=yarn"]),
+        ("a scaled base", ["extension=yarn"]),
         ("no intermediate_size", ["extension=yarn"]),
         ("eager attention", ["extension=yarn"]),
         ("quantized", ["extension=yarn"]),
@@ -124,7 +132,9 @@ def test_the_draft_leaves_to_the_full_plan_what_it_cannot_tell(models, tmp_path,
     model = {
         "no weights": lambda: _without_weights(models, tmp_path),
         "old rope_scaling": lambda: _edit_config(models, tmp_path, rope_parameters="-",
-                                                 rope_theta=10000.0, rope_scaling=None),
+                                                 rope_scaling={"type": "linear", "factor": 2.0}),
+        "a scaled base": lambda: _edit_config(models, tmp_path, rope_parameters={
+            "rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
         "no intermediate_size": lambda: _edit_config(models, tmp_path, intermediate_size="-"),
         "eager attention": lambda: _edit_config(models, tmp_path, _attn_implementation="eager"),
         "quantized": lambda: _edit_config(models, tmp_path, quantization_config={"bits": 4}),
