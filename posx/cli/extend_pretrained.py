@@ -4,6 +4,7 @@ pretrained-model branch of those commands (the work is posx/pretrained/extend/).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,8 @@ def extend_hf(word: str, words: list[str], options: Options) -> None:
         if early.run is not None:
             _print(f"output     {early.run}" if options.dry_run else f"run directory: {early.run}")
         _print(f"doing      {early.doing}" if options.dry_run else early.doing)
+    if options.dry_run and _dry_run_from_files(word, values, options):
+        return
     try:
         from posx.pretrained.extend.plan import check_fits, make_plan
         from posx.pretrained.extend.run import extend_pretrained, run_directory
@@ -60,16 +63,40 @@ def extend_hf(word: str, words: list[str], options: Options) -> None:
         _print(f"{'output     ' if options.dry_run else 'run directory: '}{run_directory(plan)}")
     if options.dry_run:
         if plan.world.is_main:
-            for line in plan.lines():
-                _print(line)
-            try:
-                check_fits(plan)
-                _print("fits       yes")
-            except ConfigError as err:
-                _print(f"fits       no: {err}")
+            _print_plan(plan.lines(), lambda: check_fits(plan))
         return
     run = extend_pretrained(plan, _say)
     _evaluate(run, None)
+
+
+def _dry_run_from_files(word: str, values: dict[str, Any], options: Options) -> bool:
+    """``--dry-run`` of a local model answered from its files alone (no torch, no
+    transformers: a second, not the seconds they take to import); False where only the full
+    plan can answer (:func:`posx.pretrained.extend.outline.draft_plan`)."""
+    from posx.pretrained.extend.memory import check_room, room
+    from posx.pretrained.extend.outline import draft_plan
+
+    draft = draft_plan(word, values, options)
+    if draft is None:
+        return False
+
+    def check() -> None:
+        found = room(values["train.max_memory"], draft.free)
+        check_room(draft.shape, draft.layout, found, draft.outline.name)
+
+    _print_plan(draft.outline.lines(), check)
+    return True
+
+
+def _print_plan(lines: list[str], check: Callable[[], None]) -> None:
+    """The plan, a fact a line, and whether it fits (``check`` refuses what does not)."""
+    for line in lines:
+        _print(line)
+    try:
+        check()
+        _print("fits       yes")
+    except ConfigError as err:
+        _print(f"fits       no: {err}")
 
 
 def _evaluate(

@@ -50,7 +50,7 @@ def eval_pretrained(
     from posx.pretrained.track import chosen_loggers, is_logger_word
     from posx.report.ruler import ruler_table
     from posx.runs.messages import eval_table
-    from posx.runs.resources import parse_size
+    from posx.runs.sizes import parse_size
     from posx.runtime.distributed import world
 
     words = [str(r) for r in runs]

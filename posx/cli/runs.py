@@ -192,7 +192,7 @@ def eval_(
     variants = _run_variants(variant)
     # torch comes with evaluating: a mistyped option or run is answered before it is imported
     from posx.config.trust import trusted_prefixes
-    from posx.runs.resources import parse_size
+    from posx.runs.sizes import parse_size
 
     limit = parse_size(max_memory, "--max-memory")
     trusted = trusted_prefixes(trust, config_dirs(ctx))

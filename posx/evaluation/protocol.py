@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posx.errors import ConfigError
+from posx.evaluation.chunks import LOSS_CHUNK
 from posx.model.transformer import TransformerLM
 from posx.tasks.base import Batch
 
@@ -123,9 +124,6 @@ class Tally:
     def exact(self) -> Tensor:
         """Bool ``[n]``: the sequence has scored tokens and all of them are right."""
         return (self.seq_hits == self.seq_count) & (self.seq_count > 0)
-
-
-LOSS_CHUNK = 4096  # token rows whose float32 logits exist at once (a 150k vocabulary: 2.4 GiB)
 
 
 def token_losses(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:

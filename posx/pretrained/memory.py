@@ -9,7 +9,7 @@ The count is deliberately generous, since it only needs to tell what fits from w
   (``b · w · (4 · hidden + 2 · intermediate)``), one layer's attention scores
   (``b · heads · w²``) only where the config asks for the eager kernel (SDPA, the default, and
   flash never hold them), and the logits: the model's in its dtype (``b · w · vocab``), which
-  dominate at long lengths, plus float32 chunks of :data:`posx.evaluation.protocol.LOSS_CHUNK`
+  dominate at long lengths, plus float32 chunks of :data:`posx.evaluation.chunks.LOSS_CHUNK`
   rows with their log-softmax.
 """
 
@@ -20,10 +20,9 @@ from typing import Any
 import torch
 
 from posx.errors import ConfigError
-from posx.evaluation.protocol import LOSS_CHUNK
+from posx.evaluation.chunks import LOSS_CHUNK
 from posx.runs.resources import check_fits, gib
-
-RUNTIME = 512 * 2**20  # allocator slack, kernels' workspace, the tokenized text
+from posx.runs.sizes import PRETRAINED_RUNTIME
 
 
 def parameter_count(config: Any, transformers: Any, trust: bool = False) -> int:
@@ -86,7 +85,7 @@ def check_pretrained_fits(
     """
     size = torch.finfo(dtype).bits // 8
     windows = max(1, batch_tokens // max(longest, 1))
-    need = params * size + forward_bytes(config, windows, longest, size) + RUNTIME
+    need = params * size + forward_bytes(config, windows, longest, size) + PRETRAINED_RUNTIME
     hint = (
         "evaluate shorter --lengths, lower eval.batch_tokens, use --dtype bf16, or a larger "
         "device (docs/pretrained.md)"

@@ -33,7 +33,7 @@ from posx.pretrained.run import evaluate_pretrained, progress_line
 from posx.pretrained.scaling import parse_variant
 from posx.pretrained.track import CONFIG_NAME, compose_pretrained
 from posx.runs.evaluation import failures
-from posx.runs.resources import parse_size
+from posx.runs.sizes import parse_size
 from posx.runs.sweeps import expand_sweep
 from posx.storage.results import load_json_object, write_json
 from posx.tracking import selected

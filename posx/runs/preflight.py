@@ -264,9 +264,9 @@ def check_memory(cfg: DictConfig, vocab_size: int) -> None:
         check_eval_fits,
         check_fits,
         model_for_estimates,
-        parse_size,
         train_step_bytes,
     )
+    from posx.runs.sizes import parse_size
     from posx.runtime.distributed import pick_device
 
     try:

@@ -11,11 +11,8 @@ need to tell what fits from what cannot.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
@@ -26,6 +23,7 @@ from posx.evaluation.protocol import resolve_protocol
 from posx.model.attention import choose_kernel
 from posx.model.transformer import TransformerLM
 from posx.positions import PositionStrategy
+from posx.runs.sizes import cpu_room, gib
 from posx.tasks.text import sequences_for
 
 log = logging.getLogger(__name__)
@@ -37,7 +35,6 @@ INDEX = 8  # bytes: int64 token ids and positions
 DATA_BYTES = (2 * INDEX + 1) * 3
 # What the process needs besides the tensors counted (kernels' scratch, allocator slack).
 RUNTIME = 128 * 2**20
-_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
 @dataclass(frozen=True)
@@ -170,20 +167,6 @@ def eval_bytes(
     return RUNTIME + FLOAT * shape.params + data + forward
 
 
-def parse_size(text: str | int | None, what: str) -> int | None:
-    """``12G``, ``512MiB``, ``1.5GB`` or a number of bytes -> bytes (binary units); None stays.
-
-    Raises:
-        ConfigError: Anything else.
-    """
-    if text is None or text == "":
-        return None
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
-    if not found or float(found[1]) <= 0:
-        raise ConfigError(f"{what} must be a size such as 8G, 512M or 1.5T, got {text!r}")
-    return int(float(found[1]) * _UNITS[found[2].lower()])
-
-
 def available_bytes(device: torch.device) -> tuple[int, str] | None:
     """Memory free for this process on ``device``, and how to say it (``the 20.1 GiB available``);
     None when it cannot be told (then only an explicit limit is checked)."""
@@ -192,38 +175,7 @@ def available_bytes(device: torch.device) -> tuple[int, str] | None:
         return int(free), f"the {gib(free)} free on {device}"
     if device.type != "cpu":
         return None
-    found = []
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        meminfo = Path("/proc/meminfo").read_text()
-        free = int(re.search(r"MemAvailable:\s+(\d+)", meminfo)[1]) * 1024
-        found.append((free, f"the {gib(free)} available"))
-    room = _cgroup_room()
-    if room is not None:
-        found.append((room, f"the {gib(room)} left under this cgroup's memory limit"))
-    return min(found) if found else None
-
-
-def _cgroup_room() -> int | None:
-    """Bytes left under the cgroup's memory limit (v2, else v1), or None without a limit."""
-    v1 = "/sys/fs/cgroup/memory/memory."
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (v1 + "limit_in_bytes", v1 + "usage_in_bytes"),
-    ):
-        with contextlib.suppress(OSError, ValueError):
-            limit = Path(limit_file).read_text().strip()
-            if limit == "max" or int(limit) >= 2**60:  # v1 writes a huge number for "none"
-                return None
-            return max(0, int(limit) - int(Path(usage_file).read_text()))
-    return None
-
-
-def gib(n: int) -> str:
-    """Bytes for people: ``152.7 MiB``, ``21.0 GiB``, ``346.8 TiB``."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n / 2**20:.1f} MiB"
+    return cpu_room()
 
 
 def check_fits(need: int, what: str, device: torch.device, limit: int | None, hint: str) -> None:

@@ -522,3 +522,41 @@ def test_two_processes_take_the_same_steps_as_one(models, extended, tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+
+
+def test_dry_run_of_a_local_model_needs_neither_torch_nor_transformers(models, tmp_path):
+    """Issue 57: `--dry-run` took 5-9 s, importing torch and transformers to build the model on
+    the meta device. A local directory's config.json and safetensors header give the same plan
+    (tests/unit/pretrained/test_extend_outline.py), and neither library is imported."""
+    code = ("import sys\nfrom posx.cli import main\nsys.argv = ['posx', *sys.argv[1:]]\ntry:\n"
+            "    main()\nfinally:\n"
+            "    print('imported', sorted({'torch', 'transformers'} & set(sys.modules)), "
+            "file=sys.stderr)")  # fmt: skip
+    root = tmp_path / "out"
+    args = extend_args(models, root, "extension=yarn", "--dry-run", model="qwen2")
+    env = {**os.environ, "POSX_DEBUG": "0", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["imported []"], proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[0].startswith(f"output     {root / 'pretrained' / 'qwen2+yarnx4+ft128_'}"), out
+    assert re.fullmatch(r"model      \S+ \(qwen2, \d+\.\dK parameters, revision dir:\w+\)", out[2])
+    assert out[-1] == "fits       yes" and not root.exists()
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "said"),
+    [
+        ("config.json", b'{"model_type": "llama",', " is damaged ("),
+        ("model.safetensors", b"\x0a\0\0\0\0\0\0\0{not json}", " is damaged (its header is not"),
+        ("model.safetensors", b"\xff" * 8, " is damaged (its header says 18446744073709551615 "),
+    ],
+)  # fmt: skip
+def test_a_damaged_model_file_is_named_by_the_dry_run(cli, models, tmp_path, file, content, said):
+    copy = Path(shutil.copytree(models / "llama", tmp_path / "damaged"))
+    (copy / file).write_bytes(content)
+    result = cli(*extend_args(models, tmp_path / "out", "extension=yarn", "--dry-run",
+                              model=str(copy)))  # fmt: skip
+    assert_one_line_error(result, 2, f"{copy / file}{said}")
+    assert not (tmp_path / "out").exists()

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from posx.evaluation.protocol import LOSS_CHUNK
+from posx.evaluation.chunks import LOSS_CHUNK
 from posx.pretrained import load
 from posx.pretrained.scaling import rotary_modules
 from posx.runtime.distributed import World

@@ -25,14 +25,16 @@ fp32):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from posx.errors import ConfigError
+from posx.evaluation.chunks import LOSS_CHUNK
+from posx.runs.sizes import PRETRAINED_RUNTIME, gib, parse_size
 
-from posx.evaluation.protocol import LOSS_CHUNK
-from posx.pretrained.memory import RUNTIME
-from posx.runs.resources import gib
+if TYPE_CHECKING:  # the estimate is plain arithmetic: a plan from config.json needs no torch
+    import torch
 
 MAX_WORLD = 1024
 
@@ -107,7 +109,7 @@ def estimate(shape: Shape, layout: Layout) -> dict[str, int]:
         "gathered": gathered,
         "activations": acts,
         "loss": loss,
-        "runtime": RUNTIME,
+        "runtime": PRETRAINED_RUNTIME,
     }
 
 
@@ -136,3 +138,40 @@ def fitting(shape: Shape, layout: Layout, room: int) -> tuple[str, int] | None:
         if need <= room:
             return text, need
     return None
+
+
+def room(
+    max_memory: str | int | None, free: Callable[[], tuple[int, str] | None]
+) -> tuple[int, str] | None:
+    """The bytes one process may use and how to say them: ``train.max_memory`` where set, else
+    what ``free`` finds on the device (None: it cannot be told, and nothing is refused).
+
+    Raises:
+        ConfigError: ``train.max_memory`` is not a size.
+    """
+    limit = parse_size(max_memory, "train.max_memory")
+    return (limit, f"the limit of {gib(limit)} you set") if limit else free()
+
+
+def check_room(shape: Shape, layout: Layout, found: tuple[int, str] | None, name: str) -> None:
+    """Refuses extending model ``name`` when its estimate exceeds ``found`` (:func:`room`),
+    naming settings that would fit.
+
+    Raises:
+        ConfigError: One line: the estimate, the room, and what would fit.
+    """
+    need = sum(estimate(shape, layout).values())
+    if found is None or need <= found[0]:
+        return
+    space, where = found
+    better = fitting(shape, layout, space)
+    hint = (
+        f"would fit: {better[0]} ({gib(better[1])} per process)"
+        if better
+        else "no number of processes fits it: shorten extend.length"
+    )
+    raise ConfigError(
+        f"extending {name} at windows of {layout.length} tokens needs about {gib(need)} per "
+        f"process ({layout.world} process(es)), more than {where}; {hint} (posx extend ... "
+        "--dry-run prints the plan)"
+    )

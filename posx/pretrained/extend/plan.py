@@ -5,24 +5,23 @@ fit is refused in one line with settings that would."""
 
 from __future__ import annotations
 
-import json
-import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from posx.errors import ConfigError, PosxWarning
+from posx.errors import ConfigError
 from posx.pretrained import load
 from posx.pretrained.extend.longlora import check_length, check_targets, trainable_count
 from posx.pretrained.extend.lora_spec import LoraSpec
-from posx.pretrained.extend.memory import Layout, Shape, describe, estimate, fitting, model_shape
+from posx.pretrained.extend.memory import Layout, Shape, check_room, estimate, model_shape, room
 from posx.pretrained.extend.method import Method, check_family, extended_config, read_method
+from posx.pretrained.extend.outline import Outline, check_batch, lengths
 from posx.pretrained.extend.preview import extension_label, fingerprint, identity
 from posx.pretrained.extend.settings import Options
 from posx.pretrained.naming import model_label, trained_length
 from posx.pretrained.scaling import rope_parameters
-from posx.runs.resources import available_bytes, gib, parse_size
+from posx.runs.resources import available_bytes
 from posx.runtime.distributed import World, pick_device
 
 
@@ -81,35 +80,16 @@ class Plan:
         (:func:`~posx.pretrained.extend.preview.fingerprint`)."""
         return fingerprint(self.source.revision, self.values)
 
+    def outline(self) -> Outline:
+        """The facts ``--dry-run`` prints."""
+        return Outline(self.source.name, self.config.model_type, self.shape.params,
+                       self.source.revision, self.method.name, rope_parameters(self.config),
+                       self.trained, self.length, self.window, self.values, self.world.size,
+                       self.device.type, self.bf16, self.parts)  # fmt: skip
+
     def lines(self) -> list[str]:
         """The plan for ``--dry-run``, one fact a line."""
-        v, w = self.values, self.world.size
-        accum = v["train.batch_size"] // (w * v["train.micro_batch"])
-        return [
-            f"model      {self.source.name} ({self.config.model_type}, "
-            f"{parameters(self.shape.params)} parameters, revision {self.source.revision[:16]})",
-            f"method     extension={self.method.name}: rope_parameters "
-            f"{json.dumps(rope_parameters(self.config))}",
-            f"lengths    trained context {self.trained}, target {self.length}, fine-tuned at "
-            f"windows of {self.window}",
-            f"steps      {v['extend.steps']} x {v['train.batch_size']} windows "
-            f"({v['extend.steps'] * v['train.batch_size'] * self.window:,} tokens), lr "
-            f"{v['extend.lr']:g}, warmup {v['extend.warmup_steps']}",
-            f"processes  {w} on {self.device.type} ({'FSDP2, sharded' if w > 1 else 'one'}), "
-            f"micro-batch {v['train.micro_batch']}, accumulation {accum}, "
-            f"{'bf16 mixed' if self.bf16 else 'fp32'}, activation checkpointing "
-            f"{'on' if v['train.checkpointing'] else 'off'}",
-            f"memory     per process: {describe(self.parts)}",
-        ]
-
-
-def parameters(count: int) -> str:
-    """A parameter count as people write it: ``6.74B``, ``1.2M``, ``35.1K`` (a tiny model's
-    count read ``0.00B``)."""
-    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if count >= size:
-            return f"{count / size:.{2 if suffix == 'B' else 1}f}{suffix}"
-    return str(count)
+        return self.outline().lines()
 
 
 def _device(values: dict[str, Any], world: World, dry_run: bool) -> torch.device:
@@ -133,21 +113,7 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     trust = load.check_code(source, options.trust_remote_code, load.known_model_types())
     base = load.load_config(source, trust)
     trained, _ = trained_length(base, None)
-    factor = float(values["extend.factor"])
-    length = int(values["extend.length"] or round(factor * trained))
-    if values["extend.length"] and length != round(factor * trained) and world.is_main:
-        warnings.warn(  # as `posx extend RUN` says the same contradiction
-            f"extend.length={length} is {length / trained:g}× the trained context {trained} of "
-            f"{source.name}, but extend.factor={factor:g} says {round(factor * trained)}: "
-            f"fine-tuning at {length} with the scaling's factor {factor:g}",
-            PosxWarning,
-            stacklevel=2,
-        )
-    if length <= trained and (method.at_target or method.pose_chunks):
-        raise ConfigError(
-            f"extend.length={length} is not longer than the trained context of "
-            f"{source.name} ({trained}); raise extend.factor or extend.length"
-        )
+    factor, length, window = lengths(values, trained, source.name, method, world.is_main)
     config = extended_config(base, method, factor, trained, length)
     size = int(values.get("train.world_size") or world.size)
     if options.dry_run:
@@ -155,11 +121,7 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     elif size != world.size:
         raise ConfigError(f"train.world_size={size}, but torchrun started {world.size} processes")
     device = _device(values, world, options.dry_run)
-    if values["train.batch_size"] % (world.size * values["train.micro_batch"]):
-        raise ConfigError(
-            f"train.batch_size ({values['train.batch_size']}) must be a multiple of the "
-            f"{world.size} process(es) x train.micro_batch ({values['train.micro_batch']})"
-        )
+    check_batch(values, world.size)
     precision = values["train.precision"]
     bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
     try:
@@ -173,7 +135,6 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     shape = model_shape(meta, config)
     if method.lora is not None:  # only the adapters, embeddings and norms carry optimizer state
         shape = replace(shape, trainable=trainable_count(meta, method.lora))
-    window = length if method.at_target else trained
     layout = Layout(window, values["train.micro_batch"], world.size, values["train.checkpointing"],
                     2 if bf16 else 4,
                     getattr(config, "_attn_implementation", None) == "eager")  # fmt: skip
@@ -209,21 +170,5 @@ def check_fits(plan: Plan) -> None:
     Raises:
         ConfigError: One line: the estimate, the room, and what would fit.
     """
-    limit = parse_size(plan.values["train.max_memory"], "train.max_memory")
-    found = (limit, f"the limit of {gib(limit)} you set") if limit else available_bytes(
-        plan.device
-    )  # fmt: skip
-    if found is None or plan.need <= found[0]:
-        return
-    room, where = found
-    better = fitting(plan.shape, plan.layout, room)
-    hint = (
-        f"would fit: {better[0]} ({gib(better[1])} per process)"
-        if better
-        else "no number of processes fits it: shorten extend.length"
-    )
-    raise ConfigError(
-        f"extending {plan.source.name} at windows of {plan.window} tokens needs about "
-        f"{gib(plan.need)} per process ({plan.world.size} process(es)), more than {where}; "
-        f"{hint} (posx extend ... --dry-run prints the plan)"
-    )
+    found = room(plan.values["train.max_memory"], lambda: available_bytes(plan.device))
+    check_room(plan.shape, plan.layout, found, plan.source.name)

@@ -18,11 +18,10 @@ from posx.runs.resources import (
     available_bytes,
     check_fits,
     eval_bytes,
-    gib,
     model_for_estimates,
-    parse_size,
     train_step_bytes,
 )
+from posx.runs.sizes import gib, parse_size
 
 
 def shape_of(*overrides: str) -> ModelShape:
