@@ -25,6 +25,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # and a pipe alone. Every test starts as a pipe; one that wants a width sets it.
 for _size in ("COLUMNS", "LINES"):
     os.environ.pop(_size, None)
+# Model-directory hashes are remembered between processes (posx/pretrained/hash_cache.py): the
+# tests' go to a folder of their own, never the user's cache, and start empty.
+if "POSX_HASH_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["POSX_HASH_CACHE"] = tempfile.mkdtemp(prefix="posx-hash-cache-")
 
 _FROZEN_AT: list[object] = [None]
 

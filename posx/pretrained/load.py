@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from posx.errors import ConfigError, PosxError, one_line
+from posx.pretrained.hash_cache import Stamp, remember, remembered
 
 if TYPE_CHECKING:  # torch comes with loading: finding a model (a run's name) needs none of it
     import torch
@@ -85,23 +86,27 @@ def model_name(word: str) -> str:
 
 def directory_hash(path: Path) -> str:
     """SHA-256 over every file of a model directory (names and contents, sorted), so a run
-    records exactly which weights and tokenizer it evaluated. Read once per process while the
-    files stay as they are (``posx extend hf:`` names its run, then plans it: one pass over a
-    model's gigabytes, not two)."""
+    records exactly which weights and tokenizer it evaluated. Read once while the files stay
+    as they are: per process (``posx extend hf:`` names its run, then plans it: one pass over a
+    model's gigabytes, not two) and between processes (:mod:`posx.pretrained.hash_cache`)."""
     files = sorted(p for p in path.rglob("*") if p.is_file() and ".cache" not in p.parts)
-    stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    stamp = tuple((str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
     return _hash_files(path, stamp)
 
 
 @functools.lru_cache(maxsize=8)
-def _hash_files(path: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
-    """:func:`directory_hash` of the files ``stamp`` names (path, size, modification time)."""
+def _hash_files(path: Path, stamp: Stamp) -> str:
+    """:func:`directory_hash` of the files ``stamp`` names (name, size, modification time)."""
+    known = remembered(path, stamp)
+    if known is not None:
+        return known
     digest = hashlib.sha256()
-    for file in (Path(name) for name, _, _ in stamp):
-        digest.update(str(file.relative_to(path)).encode() + b"\0")
-        with open(file, "rb") as f:
+    for name, _, _ in stamp:
+        digest.update(name.encode() + b"\0")
+        with open(path / name, "rb") as f:
             while chunk := f.read(HASH_CHUNK):
                 digest.update(chunk)
+    remember(path, stamp, digest.hexdigest())
     return digest.hexdigest()
 
 

@@ -85,3 +85,71 @@ def test_a_directory_is_hashed_once_and_again_when_a_file_changes(tmp_path, monk
     (tmp_path / "a.bin").write_bytes(b"y" * 100)
     os.utime(tmp_path / "a.bin", ns=(1, 1))  # same size, another time
     assert load.directory_hash(tmp_path) != first and len(reads) == 2
+
+
+def _weights_dir(path):
+    path.mkdir()
+    (path / "model.safetensors").write_bytes(b"w" * 1000)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def test_a_later_process_takes_the_hash_from_the_cache_until_a_file_changes(tmp_path, monkeypatch):
+    """Issue 57: --dry-run of a 7B model spent 12 s hashing weights the last run had read. A
+    later process (lru cache cleared) finds the hash by the files' names, sizes and times."""
+    import os
+
+    from posx.pretrained import hash_cache
+
+    monkeypatch.setenv(hash_cache.ENV_CACHE, str(tmp_path / "cache"))
+    model = _weights_dir(tmp_path / "model")
+    first = load.directory_hash(model)
+    (entry,) = (tmp_path / "cache").glob("*.json")
+    weights = model / "model.safetensors"
+    stat = weights.stat()
+    weights.write_bytes(b"v" * 1000)  # same size and time: taken as unchanged, not read
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    load._hash_files.cache_clear()
+    assert load.directory_hash(model) == first
+    os.utime(weights, ns=(1, 1))  # another time: read again, and the entry replaced
+    load._hash_files.cache_clear()
+    second = load.directory_hash(model)
+    assert second != first and second in entry.read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("{not json", "damaged model-hash cache entry (Expecting property name"),
+        ('{"sha256": "zz", "dir": "x", "files": []}', "'sha256' is not a hex SHA-256"),
+        (
+            '{"sha256": "' + "a" * 64 + '", "dir": "/elsewhere", "files": []}',
+            "it is for '/elsewhere'",
+        ),
+        ("[1, 2]", "not a JSON object"),
+    ],
+)
+def test_a_damaged_cache_entry_is_named_and_replaced(tmp_path, monkeypatch, text, said):
+    from posx.errors import PosxWarning
+    from posx.pretrained import hash_cache
+
+    monkeypatch.setenv(hash_cache.ENV_CACHE, str(tmp_path / "cache"))
+    model = _weights_dir(tmp_path / "model")
+    first = load.directory_hash(model)
+    (entry,) = (tmp_path / "cache").glob("*.json")
+    entry.write_text(text)
+    load._hash_files.cache_clear()
+    with pytest.warns(PosxWarning) as caught:
+        assert load.directory_hash(model) == first
+    (line,) = [str(w.message) for w in caught]
+    assert line.startswith(f"{entry}: ") and said in line, line
+    assert first in entry.read_text()  # rewritten whole
+
+
+def test_a_cache_that_cannot_be_written_is_skipped(tmp_path, monkeypatch):
+    from posx.pretrained import hash_cache
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(hash_cache.ENV_CACHE, str(tmp_path / "file" / "below"))
+    model = _weights_dir(tmp_path / "model")
+    assert len(load.directory_hash(model)) == 64
