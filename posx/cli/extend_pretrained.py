@@ -13,6 +13,7 @@ from posx.errors import ConfigError, Interrupted
 from posx.pretrained.extend.settings import Options
 
 if TYPE_CHECKING:
+    from posx.runtime.distributed import World
     from posx.saved import SavedRun
 
 
@@ -66,7 +67,7 @@ def extend_hf(word: str, words: list[str], options: Options) -> None:
             _print_plan(plan.lines(), lambda: check_fits(plan))
         return
     run = extend_pretrained(plan, _say)
-    _evaluate(run, None)
+    _evaluate_trained(run)
 
 
 def _dry_run_from_files(word: str, values: dict[str, Any], options: Options) -> bool:
@@ -99,14 +100,23 @@ def _print_plan(lines: list[str], check: Callable[[], None]) -> None:
         _print(f"fits       no: {err}")
 
 
+def _evaluate_trained(run: Path) -> None:
+    """The evaluation after training: by rank 0 alone (under torchrun the others have left)."""
+    from posx.runtime.distributed import World
+
+    _evaluate(run, None, processes=World())
+
+
 def _evaluate(
     run: Path,
     lengths: list[int] | None,
     suites: tuple[str, ...] = ("text",),
     given: dict[str, Any] | None = None,
+    processes: World | None = None,
 ) -> None:
     """Rank 0 evaluates the extended model into its run and prints the table (``suites``,
-    ``given``: what ``posx eval RUN --suite ruler ruler.samples=N`` asked)."""
+    ``given``: what ``posx eval RUN --suite ruler ruler.samples=N`` asked; ``processes``:
+    those that evaluate, None for torchrun's)."""
     from posx.pretrained.extend.run import evaluate_extension
     from posx.pretrained.run import progress_line
     from posx.report.ruler import ruler_table
@@ -125,7 +135,7 @@ def _evaluate(
     def line(task: str, row: dict[str, Any]) -> None:
         _say(progress_line(str(run), task, row))
 
-    where, rows = evaluate_extension(run, info, lengths, line, suites, given)
+    where, rows = evaluate_extension(run, info, lengths, line, suites, given, processes)
     _print(str(where))
     threshold = (given or {}).get("ruler.threshold", 85.6)
     for text in ruler_table(rows, threshold):
@@ -162,7 +172,7 @@ def resume_hf(run: Path, info: dict[str, Any], dirs: list[Path]) -> None:
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted before training went on; run: posx resume {run}") from None
     resume_pretrained(run, info, Options(config_dirs=dirs), _say)
-    _evaluate(run, None)
+    _evaluate_trained(run)
 
 
 def extend_hf_runs(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -13,6 +13,9 @@ from posx.errors import ConfigError
 from posx.pretrained.evaluate import Settings
 from posx.pretrained.passkey import DEPTHS
 from posx.ruler.registry import parse_tasks
+
+if TYPE_CHECKING:  # read before torch is imported (the plan of a --dry-run needs none)
+    from posx.runtime.distributed import World
 
 SUITES = ("text", "ruler")
 
@@ -62,6 +65,8 @@ class Request:
         record: What ``run.json`` records beside the evaluation (an extension's lineage).
         suites: What to evaluate: ``text`` (perplexity over the held-out text) and/or
             ``ruler`` (RULER's tasks, the ``ruler.*`` settings).
+        world: The processes that evaluate (None: torchrun's). An extension trained under
+            torchrun is evaluated by its rank 0 alone, after the others have left.
     """
 
     word: str
@@ -81,6 +86,7 @@ class Request:
     run_dir: Path | None = None
     record: dict[str, Any] = field(default_factory=dict)
     suites: tuple[str, ...] = ("text",)
+    world: World | None = None
 
 
 def parse_values(overrides: list[str]) -> dict[str, Any]:

@@ -133,12 +133,13 @@ def refuse_generation_with_self_extend(request: Request) -> None:
 
 
 def processes(request: Request) -> World:
-    """This process's place under ``torchrun`` (joining its process group), or a single process.
+    """This process's place under ``torchrun`` (joining its process group), or a single process
+    (also where the request names its processes: ``request.world``).
 
     Raises:
         ConfigError: Several processes asked for more than RULER, whose samples they share.
     """
-    w = world()
+    w = request.world or world()
     if not w.distributed:
         return w
     if request.suites != ("ruler",) or request.passkey:

@@ -6,10 +6,15 @@ separate q/k/v/o projections and a posx run are refused in one line with nothing
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pandas as pd
+import pytest
 import torch
 
+from tests.conftest import REPO
 from tests.integration.test_cli_errors import assert_one_line_error
 from tests.integration.test_extend_pretrained_cli import extend_args, models, offline  # noqa: F401
 from tests.unit.pretrained.tiny_models import byte_level_tokenizer
@@ -106,3 +111,50 @@ def test_a_longlora_plan_fits_where_full_fine_tuning_does_not(cli, models, tmp_p
     between = f"{(total['pi'] + total['longlora']) / 2 * 2**20:.0f}"
     assert plan("pi", between)[1] == "no" and plan("longlora", between)[1] == "yes"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_two_processes_train_the_same_adapters_as_one(cli, models, tmp_path):  # noqa: F811
+    """Issue 56: torchrun --nproc_per_node 2 on gloo shards the LoRA model with FSDP2 (each
+    process 2 of the 4 windows a step, a sharded checkpoint at step 2); the losses, the merged
+    model, the adapter, the trained embeddings and norms and the evaluation rows equal the
+    one-process run's."""
+    from safetensors.torch import load_file
+
+    args = ("extension=longlora", "extend.factor=2", "eval.lengths=[64]")
+    one = cli(*extend_args(models, tmp_path / "one", *args))
+    assert one.returncode == 0, one.stderr
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "POSX_DEBUG": "0"}
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+         "-m", "posx", *extend_args(models, tmp_path / "two", *args)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    (a,) = (tmp_path / "one" / "pretrained").iterdir()
+    (b,) = (tmp_path / "two" / "pretrained").iterdir()
+    info = json.loads((b / "run.json").read_text())
+    assert info["extension"]["engine"] == "fsdp2" and info["extension"]["processes"] == 2
+    lora_a = json.loads((a / "run.json").read_text())["extension"]["longlora"]
+    assert {k: v for k, v in info["extension"]["longlora"].items() if k != "adapter"} == {
+        k: v for k, v in lora_a.items() if k != "adapter"}  # fmt: skip
+    loss_a, loss_b = (pd.read_csv(r / "metrics.csv")["loss"] for r in (a, b))
+    assert len(loss_b) == 4 and (loss_a - loss_b).abs().max() < 1e-5, (loss_a, loss_b)
+    for file in ("model/model.safetensors", "adapter/adapter_model.safetensors",
+                 "adapter/trainable_params.safetensors"):  # fmt: skip
+        x, y = load_file(a / file), load_file(b / file)
+        assert x.keys() == y.keys() and x, file
+        for key in x:
+            torch.testing.assert_close(y[key], x[key], rtol=1e-4, atol=1e-5, msg=key)
+    for file in ("model/config.json", "adapter/adapter_config.json"):
+        x, y = (json.loads((r / file).read_text()) for r in (a, b))
+        for config in (x, y):  # peft keeps them as a set: written in any order
+            config["target_modules"] = sorted(config.get("target_modules") or [])
+        assert x == y, file
+    base = load_file(models / "llama" / "model.safetensors")
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.allclose(load_file(b / "model" / "model.safetensors")[q], base[q])
+    rows_a, rows_b = (pd.read_csv(r / "eval.csv", keep_default_na=False) for r in (a, b))
+    assert len(rows_a) == len(rows_b) == 1 and set(rows_b["status"]) == {"ok"}
+    for col in ("loss", "ppl"):
+        assert abs(rows_a[col][0] - rows_b[col][0]) < 1e-4 * max(1.0, abs(rows_a[col][0])), col

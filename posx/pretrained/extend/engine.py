@@ -13,6 +13,13 @@ With several processes, every process builds the model on the ``meta`` device an
 rank 0 alone reads the weights (weights-only loading, :mod:`posx.pretrained.load`) and
 broadcasts them, so host memory holds one full copy per node's rank 0, not one per process.
 
+A method that changes the model before it trains (LongLoRA's adapters: ``adapt``) changes
+every copy the same way: the one process's loaded model; the meta model before it is sharded
+and rank 0's loaded copy whose weights are broadcast into it; and, after training, the whole
+model rank 0 rebuilds from the gathered weights (:func:`rebuild`) to save and merge. FSDP2
+shards frozen parameters with the others but gives them no gradient, and the optimizer holds
+state for the trainable ones only (:func:`posx.pretrained.extend.train.make_optimizer`).
+
 The loss (:class:`LossModel`) is the sum of next-token cross-entropies, computed from the last
 hidden states chunk by chunk (each chunk's logits recomputed in backward), so a long window
 never holds ``length × vocab`` logits.
@@ -20,6 +27,7 @@ never holds ``length × vocab`` logits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +41,8 @@ from posx.evaluation.chunks import LOSS_CHUNK
 from posx.pretrained import load
 from posx.pretrained.scaling import rotary_modules
 from posx.runtime.distributed import World
+
+Adapt = Callable[[torch.nn.Module], Any]
 
 
 class LossModel(torch.nn.Module):
@@ -82,6 +92,8 @@ class Engine:
         world: This process's place.
         device: Where it computes.
         autocast: bf16 autocast (one process); FSDP's policy does it when sharded.
+        adapt: What changed the model before training (None: nothing).
+        adapted: What ``adapt`` returned for this process's model.
     """
 
     loss: LossModel
@@ -89,6 +101,8 @@ class Engine:
     world: World
     device: torch.device
     autocast: bool
+    adapt: Adapt | None = None
+    adapted: Any = None
 
     def sync_gradients(self, last: bool) -> None:
         """Reduce gradients only after the last micro-batch of a step (FSDP)."""
@@ -110,6 +124,7 @@ def build_engine(
     device: torch.device,
     bf16: bool,
     checkpointing: bool,
+    adapt: Adapt | None = None,
 ) -> Engine:
     """Loads the model with its extended ``config`` (weights-only) and makes it trainable: on one
     process as it is, on several sharded with FSDP2.
@@ -122,14 +137,17 @@ def build_engine(
         device: This process's device.
         bf16: bf16 mixed precision (fp32 master weights).
         checkpointing: Recompute each layer's activations in backward.
+        adapt: Changes the model in place before it trains (LongLoRA's adapters), on the CPU.
 
     Returns:
         The engine.
     """
     if not world.distributed:
-        model = load.load_model(source, config, torch.float32, trust).to(device)
+        model = load.load_model(source, config, torch.float32, trust)
         _prepare(model, checkpointing)
-        return Engine(LossModel(model), model, world, device, bf16)
+        adapted = adapt(model) if adapt else None
+        model.to(device)
+        return Engine(LossModel(model), model, world, device, bf16, adapt, adapted)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -137,6 +155,7 @@ def build_engine(
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=trust)
     _prepare(model, checkpointing)
+    adapted = adapt(model) if adapt else None
     policy = MixedPrecisionPolicy(
         param_dtype=torch.bfloat16 if bf16 else None,
         reduce_dtype=torch.float32 if bf16 else None,
@@ -151,11 +170,36 @@ def build_engine(
         setattr(parent, name, type(module)(config=model.config).to(device))
     full: dict[str, Tensor] = {}
     if world.is_main:
-        weights = load.load_model(source, config, torch.float32, trust).state_dict()
-        full = {f"model.{k}": v for k, v in weights.items()}
+        loaded = load.load_model(source, config, torch.float32, trust)
+        if adapt:  # the same adapters, from the same seed, as the sharded model's
+            adapt(loaded)
+        full = {f"model.{k}": v for k, v in loaded.state_dict().items()}
+        del loaded
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(wrapper, full, options=options)
-    return Engine(wrapper, model, world, device, autocast=False)
+    return Engine(wrapper, model, world, device, False, adapt, adapted)
+
+
+def rebuild(
+    config: Any, trust: bool, weights: dict[str, Tensor], adapt: Adapt
+) -> tuple[torch.nn.Module, Any]:
+    """The trained model whole on the CPU from its gathered ``weights`` (:func:`full_weights`
+    of a sharded engine): built from ``config`` on meta, changed by ``adapt`` as the engine's
+    was, the weights put in as they are (no second copy). Rank 0 saves and merges it.
+
+    Returns:
+        The model and what ``adapt`` returned for it.
+    """
+    transformers = load.require_transformers()
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=trust)
+    adapted = adapt(model)
+    model.load_state_dict(weights, assign=True)
+    for parent, name, rotary in rotary_modules(model):
+        setattr(parent, name, type(rotary)(config=model.config))
+    model.tie_weights()
+    model.eval()
+    return model, adapted
 
 
 def _prepare(model: torch.nn.Module, checkpointing: bool) -> None:
@@ -177,10 +221,12 @@ def full_weights(engine: Engine) -> dict[str, Tensor]:
     return {k.removeprefix("model."): v for k, v in weights.items()}
 
 
-def save_model(engine: Engine, weights: dict[str, Tensor], out: Path, dtype: torch.dtype) -> None:
-    """``save_pretrained`` of the extended model (safetensors, its config with the scaling) with
-    ``weights`` in ``dtype`` (the base's)."""
+def save_model(
+    model: torch.nn.Module, weights: dict[str, Tensor], out: Path, dtype: torch.dtype
+) -> None:
+    """``save_pretrained`` of the extended ``model`` (safetensors, its config with the scaling)
+    with ``weights`` in ``dtype`` (the base's)."""
     cast = {k: v.to(dtype) if v.is_floating_point() else v for k, v in weights.items()}
-    engine.model.config.use_cache = True
-    engine.model.config.dtype = dtype
-    engine.model.save_pretrained(out, state_dict=cast, safe_serialization=True)
+    model.config.use_cache = True
+    model.config.dtype = dtype
+    model.save_pretrained(out, state_dict=cast, safe_serialization=True)

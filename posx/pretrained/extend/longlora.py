@@ -10,6 +10,10 @@ attention (S²-Attn) while training.
   no model class is patched: while the model is in training mode it is S²-Attn
   (:mod:`posx.kernels.shifted_sparse`, group = ``group_fraction`` of the length), in eval mode
   full causal attention.
+- **Processes**: under ``torchrun`` the adapted model is sharded with FSDP2 as a full
+  fine-tuning is (:mod:`posx.pretrained.extend.engine`, :class:`LoraAdapter` its ``adapt``):
+  the frozen weights are sharded too but have no gradient and no optimizer state; the adapters
+  start from the same seeded values on any number of processes.
 - **Output**: the adapters merged into the weights (``peft``'s ``merge_and_unload``), saved as
   any extension's ``model/``, loadable in plain ``transformers``; the adapter itself
   (``save_pretrained`` of the ``peft`` model) and the trained embeddings and norms
@@ -18,6 +22,7 @@ attention (S²-Attn) while training.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +113,39 @@ def trainable_count(model: torch.nn.Module, spec: LoraSpec) -> int:
     return lora + full
 
 
-def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> Any:
+@dataclass(frozen=True)
+class Adapted:
+    """A model with LongLoRA in it.
+
+    Attributes:
+        peft_model: The ``peft`` model wrapping it (for saving the adapter and merging).
+        attention: The model's own attention implementation (restored by :func:`merge`).
+    """
+
+    peft_model: Any
+    attention: str
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """LongLoRA as a change the engine makes to each model it builds (its ``adapt``): the
+    same adapters, from the same seeded values, whether the model is loaded whole or built on
+    the meta device and sharded."""
+
+    spec: LoraSpec
+    seed: int
+
+    def __call__(self, model: torch.nn.Module) -> Adapted:
+        """Applies LongLoRA to ``model`` in place (:func:`apply_lora`)."""
+        attention = model.config._attn_implementation
+        return Adapted(apply_lora(model, self.spec, self.seed), attention)
+
+
+def apply_lora(model: torch.nn.Module, spec: LoraSpec, seed: int = 0) -> Any:
     """Injects LoRA into ``model`` (in place), freezes the rest but embeddings and norms, and
-    selects S²-Attn for training.
+    selects S²-Attn for training. The LoRA matrices ``A`` are drawn from a generator seeded by
+    ``seed`` (``B`` starts at zero), not from whatever the global one holds, so one process and
+    rank 0 of several start from the same adapters.
 
     Returns:
         The ``peft`` model wrapping ``model`` (for saving the adapter and merging).
@@ -122,7 +157,9 @@ def apply_lora(model: torch.nn.Module, spec: LoraSpec) -> Any:
     check_targets(model, spec)
     config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, target_modules=list(spec.targets),
                         lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")  # fmt: skip
-    peft_model = get_peft_model(model, config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(model, config)
     for name, param in model.named_parameters():
         if "lora_" not in name and any(part in name for part in spec.trainable):
             param.requires_grad_(True)

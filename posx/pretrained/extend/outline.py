@@ -63,6 +63,7 @@ class Outline:
         device: The device type (``cuda``, ``cpu``).
         bf16: bf16 mixed precision.
         parts: The estimate per process, by part (bytes).
+        trainable: The parameters that train where not all do (LongLoRA), else None.
     """
 
     name: str
@@ -79,11 +80,16 @@ class Outline:
     device: str
     bf16: bool
     parts: dict[str, int]
+    trainable: int | None = None
 
     def lines(self) -> list[str]:
         """The plan for ``--dry-run``, one fact a line."""
         v, w = self.values, self.world
         accum = v["train.batch_size"] // (w * v["train.micro_batch"])
+        trains = [] if self.trainable is None else [
+            f"trains     {self.trainable:,} of {self.params:,} parameters: gradients and AdamW "
+            f"state for these only{', sharded over the processes' if w > 1 else ''}"
+        ]  # fmt: skip
         return [
             f"model      {self.name} ({self.model_type}, {parameters(self.params)} parameters, "
             f"revision {self.revision[:16]})",
@@ -97,6 +103,7 @@ class Outline:
             f"micro-batch {v['train.micro_batch']}, accumulation {accum}, "
             f"{'bf16 mixed' if self.bf16 else 'fp32'}, activation checkpointing "
             f"{'on' if v['train.checkpointing'] else 'off'}",
+            *trains,
             f"memory     per process: {describe(self.parts)}",
         ]
 

@@ -85,7 +85,8 @@ class Plan:
         return Outline(self.source.name, self.config.model_type, self.shape.params,
                        self.source.revision, self.method.name, rope_parameters(self.config),
                        self.trained, self.length, self.window, self.values, self.world.size,
-                       self.device.type, self.bf16, self.parts)  # fmt: skip
+                       self.device.type, self.bf16, self.parts,
+                       self.shape.trainable)  # fmt: skip
 
     def lines(self) -> list[str]:
         """The plan for ``--dry-run``, one fact a line."""
@@ -130,8 +131,8 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
     except Exception as err:  # noqa: BLE001 - a config transformers cannot build
         raise ConfigError(f"cannot build {config.model_type} from its config: {err}") from err
     check_family(meta, config, method)
-    if method.lora is not None:  # LoRA's targets, S²-Attn's groups, one process
-        check_longlora(meta, method.lora, length if method.at_target else trained, world)
+    if method.lora is not None:  # LoRA's targets, S²-Attn's groups
+        check_longlora(meta, method.lora, length if method.at_target else trained)
     shape = model_shape(meta, config)
     if method.lora is not None:  # only the adapters, embeddings and norms carry optimizer state
         shape = replace(shape, trainable=trainable_count(meta, method.lora))
@@ -144,11 +145,12 @@ def make_plan(word: str, values: dict[str, Any], options: Options, world: World)
                 device, bf16, shape, layout, parts, values["label"] or label)  # fmt: skip
 
 
-def check_longlora(meta: torch.nn.Module, spec: LoraSpec, window: int, world: World) -> None:
-    """What LongLoRA needs of the model, the length and the processes, before anything runs.
+def check_longlora(meta: torch.nn.Module, spec: LoraSpec, window: int) -> None:
+    """What LongLoRA needs of the model and the length, before anything runs (any number of
+    processes: FSDP2 shards the adapted model).
 
     Raises:
-        ConfigError: No target projections, a length S²-Attn cannot group, or ``torchrun``.
+        ConfigError: ``peft`` missing, no target projections, a length S²-Attn cannot group.
     """
     try:
         import peft  # noqa: F401
@@ -156,11 +158,6 @@ def check_longlora(meta: torch.nn.Module, spec: LoraSpec, window: int, world: Wo
         raise ConfigError("extension=longlora needs peft: pip install 'posx[longlora]'") from err
     check_targets(meta, spec)
     check_length(window, spec)
-    if world.size > 1:
-        raise ConfigError(
-            "extension=longlora trains in one process for now (FSDP2 with LoRA is not built); "
-            "run it without torchrun"
-        )
 
 
 def check_fits(plan: Plan) -> None:

@@ -28,8 +28,8 @@ from posx.pretrained import load
 from posx.pretrained.evaluate import Settings
 from posx.pretrained.extend import preview
 from posx.pretrained.extend.data import held_in_bytes, tokenize_held_in
-from posx.pretrained.extend.engine import build_engine, full_weights, save_model
-from posx.pretrained.extend.longlora import ADAPTER_DIR, apply_lora, merge, save_adapter
+from posx.pretrained.extend.engine import Engine, build_engine, full_weights, rebuild, save_model
+from posx.pretrained.extend.longlora import ADAPTER_DIR, LoraAdapter, merge, save_adapter
 from posx.pretrained.extend.longrope import search_factors
 from posx.pretrained.extend.plan import Plan, check_fits, make_plan
 from posx.pretrained.extend.settings import Options
@@ -124,9 +124,10 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
     record = _search_first(plan, text, run, say, tokenizer, record)
     found = latest_state(run / STATE_DIR) if resume else None
     try:
+        adapt = LoraAdapter(plan.method.lora, v["seed"]) if plan.method.lora else None
         engine = build_engine(plan.source, plan.config, plan.trust, world, plan.device,
-                              plan.bf16, v["train.checkpointing"])  # fmt: skip
-        lora = _with_lora(plan, engine, record, run)
+                              plan.bf16, v["train.checkpointing"], adapt)  # fmt: skip
+        _record_lora(plan, engine, record, run)
         optimizer = make_optimizer(engine, budget)
         start, rows = 0, []
         if found is not None:
@@ -160,10 +161,9 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
             f"stopped at once by a second Ctrl-C; resume from the last checkpoint: posx resume "
             f"{run}"
         ) from None
-    _merge_lora(lora, engine, run)
-    weights = full_weights(engine)
+    model, weights = _trained_model(plan, engine, run)
     if world.is_main:
-        save_model(engine, weights, run / MODEL_DIR, _saved_dtype(plan.source))
+        save_model(model, weights, run / MODEL_DIR, _saved_dtype(plan.source))
         tokenizer.save_pretrained(run / MODEL_DIR)
         write_csv(run / "metrics.csv", pd.DataFrame(rows))
         done = {**record, "status": "extended", "step": budget.steps,
@@ -189,22 +189,32 @@ def _search_first(
     return record
 
 
-def _merge_lora(lora: tuple | None, engine: Any, run: Path) -> None:
-    """LongLoRA: the adapter saved beside the model, then merged into the engine's weights."""
-    if lora is not None:
-        save_adapter(lora[0], engine.model, run / ADAPTER_DIR)
-        engine.model = merge(lora[0], engine.model, lora[1])
+def _trained_model(
+    plan: Plan, engine: Engine, run: Path
+) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The model to save and its whole weights on rank 0 (``{}`` on the others; every process
+    must call it). LongLoRA: its adapter saved beside the model, then merged into the weights;
+    under torchrun rank 0 does both on the model rebuilt whole from the gathered shards, so
+    the files are those one process writes."""
+    if engine.adapted is None:
+        return engine.model, full_weights(engine)
+    model, adapted = engine.model, engine.adapted
+    if plan.world.distributed:
+        weights = full_weights(engine)
+        if not plan.world.is_main:
+            return model, {}
+        model, adapted = rebuild(plan.config, plan.trust, weights, engine.adapt)
+    save_adapter(adapted.peft_model, model, run / ADAPTER_DIR)
+    merged = merge(adapted.peft_model, model, adapted.attention)
+    return merged, {k: v.detach().cpu() for k, v in merged.state_dict().items()}
 
 
-def _with_lora(plan: Plan, engine: Any, record: dict[str, Any], run: Path) -> tuple | None:
-    """LongLoRA's adapters in the engine's model (in place), recorded in ``run.json``; returns
-    the ``peft`` model and the model's own attention implementation (None for other methods)."""
+def _record_lora(plan: Plan, engine: Engine, record: dict[str, Any], run: Path) -> None:
+    """LongLoRA's adapters, as the engine's model holds them, recorded in ``run.json``."""
     spec = plan.method.lora
     if spec is None:
-        return None
-    attention = engine.model.config._attn_implementation
-    peft_model = apply_lora(engine.model, spec)
-    params = dict(engine.model.named_parameters())
+        return
+    params = dict(engine.model.named_parameters())  # sharded: numel() is the whole tensor's
     lora = sum(p.numel() for n, p in params.items() if "lora_" in n)
     record["extension"]["longlora"] = {
         "rank": spec.rank, "alpha": spec.alpha, "targets": list(spec.targets),
@@ -217,7 +227,6 @@ def _with_lora(plan: Plan, engine: Any, record: dict[str, Any], run: Path) -> tu
     }  # fmt: skip
     if plan.world.is_main:
         write_json(run / "run.json", {**record, "status": "running", "step": 0})
-    return peft_model, attention
 
 
 def _stopped(run: Path, record: dict[str, Any], world: World, state: Path | None) -> None:
@@ -302,11 +311,13 @@ def evaluate_extension(
     on_row: Any = None,
     suites: tuple[str, ...] = ("text",),
     given: dict[str, Any] | None = None,
+    processes: World | None = None,
 ) -> tuple[Path, list[dict[str, Any]]]:
     """Evaluates an extension's model on the held-out text (and/or RULER's tasks, ``suites``)
     into its own run directory, at ``lengths`` (default: its ``eval.lengths``, else the base's
     context and the target); ``given``: ``key=value`` settings of this evaluation
-    (``ruler.samples``).
+    (``ruler.samples``); ``processes``: those that evaluate (None: torchrun's; one after
+    training, whose other processes have left).
 
     Raises:
         ConfigError: The run has no model (it was not finished).
@@ -326,5 +337,6 @@ def evaluate_extension(
                         batch_tokens=values["eval.batch_tokens"])  # fmt: skip
     request = Request(f"hf:{run / MODEL_DIR}", settings, values, root=run.parent.parent,
                       device=str(v.get("train.device", "auto")), run_dir=run,
-                      record={k: info[k] for k in KEPT if k in info}, suites=suites)  # fmt: skip
+                      record={k: info[k] for k in KEPT if k in info}, suites=suites,
+                      world=processes)  # fmt: skip
     return evaluate_pretrained(request, on_row)

@@ -105,3 +105,37 @@ def test_the_memory_estimate_counts_optimizer_state_for_what_trains_only():
     assert counted == sum(p.numel() for p in model.parameters() if p.requires_grad)
     lora = estimate(shape.__class__(**{**vars(shape), "trainable": counted}), layout)["states"]
     assert full == 16 * shape.params and lora == 4 * shape.params + 12 * counted < full
+
+
+def test_the_plan_of_n_processes_shards_what_trains(tmp_path):
+    """Issue 56: ``--dry-run train.world_size=4`` of LongLoRA is planned (it was refused), with
+    the fp32 weights and the trainable parameters' gradients and AdamW state sharded by 4, and
+    at a limit between the two it fits where full fine-tuning (PI) does not."""
+    from posx.pretrained.extend.longlora import trainable_count
+    from posx.pretrained.extend.memory import check_room
+    from posx.pretrained.extend.plan import make_plan
+    from posx.pretrained.extend.settings import Options, parse_settings
+    from posx.runtime.distributed import World
+    from tests.unit.pretrained.tiny_models import save_model
+
+    model = save_model("llama", tmp_path / "llama")
+    words = ["extend.factor=2", "train.world_size=4", "train.batch_size=4"]
+    plans = {m: make_plan(f"hf:{model}", parse_settings([f"extension={m}", *words]),
+                          Options(dry_run=True), World()) for m in ("pi", "longlora")}  # fmt: skip
+    full, lora = plans["pi"], plans["longlora"]
+    assert lora.layout.world == 4 and "4 on cpu (FSDP2, sharded)" in "\n".join(lora.lines())
+    with torch.device("meta"):
+        meta = transformers.AutoModelForCausalLM.from_config(lora.config)
+    params, trained = full.shape.params, trainable_count(meta, LoraSpec())
+    assert trained < params and lora.shape.trainable == trained
+    assert full.parts["states"] == 16 * params // 4
+    assert lora.parts["states"] == (4 * params + 12 * trained) // 4
+    assert {k: v for k, v in lora.parts.items() if k != "states"} == {
+        k: v for k, v in full.parts.items() if k != "states"}  # fmt: skip
+    between = (full.need + lora.need) // 2
+    check_room(lora.shape, lora.layout, (between, "the limit"), "llama")
+    with pytest.raises(ConfigError, match="needs about .* per process \\(4 process\\(es\\)\\)"):
+        check_room(full.shape, full.layout, (between, "the limit"), "llama")
+    assert any(
+        f"trains     {trained:,} of {params:,} parameters" in line for line in lora.lines()
+    ), lora.lines()
