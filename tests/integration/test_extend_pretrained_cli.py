@@ -501,10 +501,10 @@ def test_dry_run_prints_the_plan_and_writes_nothing(cli, models, tmp_path):
 def test_two_processes_take_the_same_steps_as_one(models, extended, tmp_path):
     """torchrun --nproc_per_node 2 on gloo: FSDP2 shards the model, each process reads half the
     global batch (2 micro-batches each, against 4 in one process), a sharded checkpoint at
-    step 2; the losses and the saved weights match the one-process run's."""
+    step 2; the losses, the saved weights and the evaluation after training (rank 0 alone: it
+    was refused under torchrun) match the one-process run's."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "POSX_DEBUG": "0"}
-    args = extend_args(models, tmp_path, "extension=yarn", "extend.factor=2", "experiment=mine",
-                       "eval.lengths=[]")  # fmt: skip
+    args = extend_args(models, tmp_path, "extension=yarn", "extend.factor=2", "experiment=mine")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
          "--standalone", "-m", "posx", *args],
@@ -522,6 +522,10 @@ def test_two_processes_take_the_same_steps_as_one(models, extended, tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+    rows_one, rows_two = (pd.read_csv(r / "eval.csv", keep_default_na=False)
+                          for r in (extended, run))  # fmt: skip
+    assert list(rows_two["eval_length"]) == list(rows_one["eval_length"]) == [32, 64]
+    assert (rows_two["loss"] - rows_one["loss"]).abs().max() < 1e-4, (rows_one, rows_two)
 
 
 def test_dry_run_of_a_local_model_needs_neither_torch_nor_transformers(models, tmp_path):
