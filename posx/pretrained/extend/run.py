@@ -198,14 +198,16 @@ def _trained_model(
     the files are those one process writes."""
     if engine.adapted is None:
         return engine.model, full_weights(engine)
-    model, adapted = engine.model, engine.adapted
+    model, peft_model = engine.model, engine.adapted.peft_model
     if plan.world.distributed:
         weights = full_weights(engine)
         if not plan.world.is_main:
             return model, {}
-        model, adapted = rebuild(plan.config, plan.trust, weights, engine.adapt)
-    save_adapter(adapted.peft_model, model, run / ADAPTER_DIR)
-    merged = merge(adapted.peft_model, model, adapted.attention)
+        model, rebuilt = rebuild(plan.config, plan.trust, weights, engine.adapt)
+        peft_model = rebuilt.peft_model
+    save_adapter(peft_model, model, run / ADAPTER_DIR)
+    # the attention the model had before LoRA (a rebuilt one's config may say S²-Attn already)
+    merged = merge(peft_model, model, engine.adapted.attention)
     return merged, {k: v.detach().cpu() for k, v in merged.state_dict().items()}
 
 

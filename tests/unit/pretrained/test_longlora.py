@@ -139,3 +139,37 @@ def test_the_plan_of_n_processes_shards_what_trains(tmp_path):
     assert any(
         f"trains     {trained:,} of {params:,} parameters" in line for line in lora.lines()
     ), lora.lines()
+
+
+def test_every_copy_starts_from_the_same_adapters_and_rank_0_rebuilds_the_trained_model():
+    """What makes N processes save what one does: the adapters drawn from ``seed``, not the
+    global generator (one process, the meta model and rank 0's loaded copy each apply them),
+    and the model rebuilt whole from gathered weights computing what the trained one does."""
+    from posx.pretrained.extend.engine import rebuild
+    from posx.pretrained.extend.longlora import LoraAdapter
+
+    adapter = LoraAdapter(LoraSpec(), seed=3)
+    first, second = tiny_llama(), tiny_llama()
+    attention = adapter(first).attention
+    torch.randn(100)  # the global generator moves on between the two
+    adapter(second)
+    a = {n: p for n, p in first.named_parameters() if "lora_A" in n}
+    assert a and all(torch.equal(p, dict(second.named_parameters())[n]) for n, p in a.items())
+    other = tiny_llama()
+    LoraAdapter(LoraSpec(), seed=4)(other)
+    assert not torch.equal(*(dict(m.named_parameters())[next(iter(a))] for m in (first, other)))
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # "trained": the adapters and norms moved
+        for name, param in first.named_parameters():
+            if "lora_B" in name or "norm" in name:
+                param.add_(0.1 * torch.randn(param.shape, generator=gen))
+    weights = {k: v.clone() for k, v in first.state_dict().items()}
+    model, adapted = rebuild(first.config, False, weights, adapter)
+    ids = torch.randint(64, (1, 16), generator=gen)
+    first.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, first(input_ids=ids).logits)
+        merged = merge(adapted.peft_model, model, attention)
+        torch.testing.assert_close(merged(input_ids=ids).logits, first(input_ids=ids).logits,
+                                   atol=1e-5, rtol=1e-5)  # fmt: skip
+    assert merged.config._attn_implementation == "sdpa"
