@@ -114,12 +114,15 @@ def test_a_longlora_plan_fits_where_full_fine_tuning_does_not(cli, models, tmp_p
 
 
 @pytest.mark.slow
-def test_two_processes_train_the_same_adapters_as_one(cli, models, tmp_path):  # noqa: F811
+def test_two_processes_train_the_same_adapters_as_one(cli, models, tmp_path, monkeypatch):  # noqa: F811
     """Issue 56: torchrun --nproc_per_node 2 on gloo shards the LoRA model with FSDP2 (each
     process 2 of the 4 windows a step, a sharded checkpoint at step 2); the losses, the merged
     model, the adapter, the trained embeddings and norms and the evaluation rows equal the
-    one-process run's."""
+    one-process run's. A one-process run stopped after step 3 resumes under torchrun from its
+    checkpoint (adapters, embeddings, norms and AdamW state) to the same model."""
     from safetensors.torch import load_file
+
+    import posx.pretrained.extend.train as loop
 
     args = ("extension=longlora", "extend.factor=2", "eval.lengths=[64]")
     one = cli(*extend_args(models, tmp_path / "one", *args))
@@ -158,3 +161,39 @@ def test_two_processes_train_the_same_adapters_as_one(cli, models, tmp_path):  #
     assert len(rows_a) == len(rows_b) == 1 and set(rows_b["status"]) == {"ok"}
     for col in ("loss", "ppl"):
         assert abs(rows_a[col][0] - rows_b[col][0]) < 1e-4 * max(1.0, abs(rows_a[col][0])), col
+    monkeypatch.setattr(loop, "StopOnInterrupt", _StopAtStepThree)
+    stopped = cli(*extend_args(models, tmp_path / "three", *args))
+    assert stopped.returncode == 130, stopped.stderr
+    monkeypatch.undo()
+    (c,) = (tmp_path / "three" / "pretrained").iterdir()
+    resumed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+         "-m", "posx", "resume", str(c)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    x, y = (load_file(r / "model" / "model.safetensors") for r in (a, c))
+    for key in x:
+        torch.testing.assert_close(y[key], x[key], rtol=1e-4, atol=1e-5, msg=key)
+    loss_c = pd.read_csv(c / "metrics.csv")["loss"]
+    assert len(loss_c) == 4 and (loss_a - loss_c).abs().max() < 1e-5, (loss_a, loss_c)
+
+
+class _StopAtStepThree:
+    """Ctrl-C during the third of four steps (the loop asks at each step boundary)."""
+
+    checks = 0
+
+    def __init__(self) -> None:
+        type(self).checks = 0
+
+    def __enter__(self) -> _StopAtStepThree:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    @property
+    def requested(self) -> bool:
+        type(self).checks += 1
+        return type(self).checks == 4
