@@ -17,11 +17,13 @@ torch's own threads.
 Taken for float32 CPU tensors with a head width that is a multiple of 8 (keys and values of the
 queries' shape), where the kernel could be built (:func:`posx.kernels.native.load`); elsewhere
 :func:`native_layer` and :func:`cope_native` return ``None`` and the caller takes its PyTorch
-routes. The two differ by float32 rounding, not by their formula: both add the gates into
-positions in double, and the kernel takes each position's integer part and fraction from the
-double sum where the PyTorch routes round the position to float32 first, so against the formula
-in float64 the kernel's error is no larger than theirs (at 1-2k positions about a tenth of it;
-tests/unit/kernels/test_cope_native.py holds it within 3x at every size tested).
+routes. The two compute the same numbers up to the order of float32 sums: the kernel's gates are
+``torch.sigmoid``'s bit for bit (SLEEF's e^x, as PyTorch's CPU kernel takes it) and its positions
+are the gates added in double and rounded to float32, as ``torch.cumsum`` hands them over, so it
+stays within 2e-6 of the paper's code and x-transformers at 8-64 positions where the PyTorch
+route does (tests/unit/kernels/test_cope_peers.py), and at thousands of positions its error
+against the formula in float64 is the route's (a float32 running sum would drift;
+tests/unit/kernels/test_cope_native.py holds it within 3x).
 """
 
 from __future__ import annotations
@@ -62,10 +64,10 @@ def _ptr(t: Tensor | None) -> int | None:
 
 class NativeLayer:
     """One layer's inputs in the kernel's layout, from the PyTorch routes' :class:`CoPELayer`
-    (whose keys, values and gaps are already last to first): queries times ``1/sqrt(d_h)``,
-    keys transposed with :data:`SPARE` zero columns, and the position embeddings over the scale
-    (``q_scaled (E / scale) = q E``) with zero columns up to a multiple of 64 (the kernel
-    computes 64 positions a step).
+    (whose keys, values and gaps are already last to first): the queries, keys transposed with
+    :data:`SPARE` zero columns, and the position embeddings with zero columns up to a multiple
+    of 64 (the kernel computes 64 positions a step). The kernel scales ``q.k`` by ``1/sqrt(d_h)``
+    after the product, as the PyTorch routes do.
 
     Build it with :func:`native_layer`, which checks that the kernel applies.
     """
@@ -73,12 +75,12 @@ class NativeLayer:
     def __init__(self, layer: CoPELayer) -> None:
         b, h, s, d = layer.q.shape
         self.shape, self.npos_max = (b, h, s, d), layer.top + 1
-        self.queries = (layer.q * layer.scale).contiguous()
+        self.queries = layer.q.contiguous()
         self.keys_t = layer.q.new_zeros(b, h, d, s + SPARE)
         self.keys_t[..., :s] = layer.k.transpose(-1, -2)
         self.values = layer.v.contiguous()
         self.weights = layer.q.new_zeros(d, -(-self.npos_max // 64) * 64)
-        self.weights[:, : self.npos_max] = layer.emb / layer.scale
+        self.weights[:, : self.npos_max] = layer.emb
         gaps = layer.gaps
         self.gaps = None if gaps is None else gaps.to(torch.float32).contiguous()
         self.gap_rows = 1 if gaps is None or gaps.dim() == 1 else gaps.shape[0]

@@ -36,9 +36,9 @@ static inline v8 max8(v8 a, v8 b) {
     return (v8)((a_more & (v8i)a) | (~a_more & (v8i)b));
 }
 
-static inline v4d min4d(v4d a, v4d b) {
-    const v4l a_less = a < b;
-    return (v4d)((a_less & (v4l)a) | (~a_less & (v4l)b));
+static inline v4f min4f(v4f a, v4f b) {
+    const v4i a_less = a < b;
+    return (v4f)((a_less & (v4i)a) | (~a_less & (v4i)b));
 }
 
 /* running sums of four doubles (lane l: x[0] + .. + x[l]) */
@@ -66,16 +66,45 @@ static inline float exp_poly(float x) {
     return p * two_k.f;
 }
 
+/* e^x as PyTorch's CPU sigmoid computes it (SLEEF's 1-ulp expf, the same operations and fused
+ * multiply-adds): round(x / ln 2) = k, r = x - k ln 2 in two parts, a degree-6 polynomial, times
+ * 2^k. */
+static inline float exp_sleef(float x) {
+    /* beyond +-105 the result is 0 or inf either way; clamped, 2^k's halves stay in range */
+    const float y = x < -105.0f ? -105.0f : (x > 105.0f ? 105.0f : x);
+    const float k = __builtin_rintf(y * 1.44269504088896341f);
+    float r = __builtin_fmaf(k, -0.693145751953125f, y);
+    r = __builtin_fmaf(k, -1.428606765330187045e-06f, r);
+    float u = 0.000198527617612853646278381f;
+    u = __builtin_fmaf(u, r, 0.00139304355252534151077271f);
+    u = __builtin_fmaf(u, r, 0.00833336077630519866943359f);
+    u = __builtin_fmaf(u, r, 0.0416664853692054748535156f);
+    u = __builtin_fmaf(u, r, 0.166666671633720397949219f);
+    u = __builtin_fmaf(u, r, 0.5f);
+    u = 1.0f + __builtin_fmaf(r * r, u, r);
+    /* 2^k in two halves (either alone may be out of range) */
+    const int32_t q = (int32_t)k, h = q >> 1;
+    const union { int32_t i; float f; } a = {.i = (h + 127) << 23}, b = {.i = (q - h + 127) << 23};
+    u = u * a.f * b.f;
+    return x < -104.0f ? 0.0f : u;
+}
+
+/* The gate as PyTorch computes it, 1 / (1 + e^-x) with exp_sleef: positions sum dozens of gates
+ * and are rounded to float32, so a gate 1 ulp away from PyTorch's moved some positions by an ulp
+ * and the logits of 8-64 positions by 2-5e-6 from the paper's code and x-transformers. */
+static inline float gate(float x) { return 1.0f / (1.0f + exp_sleef(-x)); }
+
 typedef struct {
-    const float *q;       /* [bh, s, d] queries, times scale */
+    const float *q;       /* [bh, s, d] queries */
     const float *kt;      /* [bh, d, s + SPARE] keys last to first, transposed, zeros after */
     const float *v;       /* [bh, s, d] values last to first */
-    const float *weights; /* [d, weights_stride]: e_0 .. e_top over scale, zeros after */
+    const float *weights; /* [d, weights_stride]: e_0 .. e_top, zeros after */
     const float *gaps;    /* [gap_rows, s] gap into each key, last to first; NULL: all 1 */
     float *out;           /* [bh, s, d] */
     float *lse;           /* [bh, s] */
     uint8_t *full;        /* [bh, s] */
     int64_t heads, s, width, top, gap_rows, weights_stride;
+    float scale; /* 1/sqrt(d), rounded to float32 as PyTorch's scalar product rounds it */
 } cope_args;
 
 /* What the backward of a training block keeps per key (cope.py's _scores): the gate, the
@@ -98,10 +127,13 @@ keep_key(const kept *k, int64_t t, float gate, int32_t m, float f, const float *
  * hold the query's logit at each integer position and the step to the next (0 at the top).
  * With `k`, what the backward needs of each key is written there too.
  *
- * Positions are sums of up to s gates, added in double (as PyTorch's cumsum adds float32 on the
- * CPU), and each one's integer part and fraction are taken from the double: a float32 running
- * sum drifts with the number of keys (at 1-2k positions its output's error against the formula
- * in float64 was 7-15x the PyTorch route's; now about a tenth of it). */
+ * Positions are sums of up to s gates, added in double and rounded to float32, as PyTorch's cumsum
+ * adds and hands them over on the CPU (a float32 running sum drifts with the number of keys: at
+ * 1-2k positions its error against the formula in float64 was 7-15x the PyTorch route's). Taking
+ * the integer part and fraction from the double instead is more accurate at thousands of
+ * positions, but at 8-64 positions it moved the logits by up to an ulp of the position times the
+ * step from the paper's code and x-transformers, which round (2.6e-6 on the outputs where the
+ * PyTorch route is within 1.5e-6). */
 static inline __attribute__((always_inline)) double
 logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float *L,
        const float *S, const kept *k, int64_t D) {
@@ -114,10 +146,10 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
             const float qe = q[e], *row = kt + e * (s + SPARE) + t;
             for (int j = 0; j < 8; j++) sum[j] += qe * *(const v8u *)(row + 8 * j);
         }
-        for (int j = 0; j < 8; j++) *(v8u *)(c + t + 8 * j) = sum[j];
+        for (int j = 0; j < 8; j++) *(v8u *)(c + t + 8 * j) = sum[j] * a->scale;
     }
     const int64_t n8 = (n + 7) & ~(int64_t)7; /* whole vectors: the keys past n are finite */
-    for (int64_t t = 0; t < n8; t++) z[t] = 1.0f / (1.0f + exp_poly(-c[t]));
+    for (int64_t t = 0; t < n8; t++) z[t] = gate(c[t]);
     double reached = 0.0;
     if (a->gaps == NULL) {
         v4d carry = {0}; /* the sum so far, in every lane */
@@ -132,14 +164,15 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
             const v4d hi = (hi_own + __builtin_shufflevector(lo_own, lo_own, 3, 3, 3, 3)) + carry;
             carry = __builtin_shufflevector(hi, hi, 3, 3, 3, 3);
             if (t + 8 >= n) reached = n - t > 4 ? hi[n - 5 - t] : lo[n - 1 - t];
-            /* integer parts and fractions of the clamped positions, four at a time */
-            const v4d lo_c = min4d(lo, (v4d){0} + top), hi_c = min4d(hi, (v4d){0} + top);
-            const v4i lo_m = __builtin_convertvector(lo_c, v4i);
-            const v4i hi_m = __builtin_convertvector(hi_c, v4i);
-            const v4f lo_f = __builtin_convertvector(lo_c - __builtin_convertvector(lo_m, v4d),
-                                                     v4f);
-            const v4f hi_f = __builtin_convertvector(hi_c - __builtin_convertvector(hi_m, v4d),
-                                                     v4f);
+            /* integer parts and fractions of the clamped positions, four at a time, from the
+             * sums rounded to float32 first, as PyTorch's cumsum hands them over */
+            const v4f top4 = (v4f){0} + (float)top;
+            const v4f lo_p = min4f(__builtin_convertvector(lo, v4f), top4);
+            const v4f hi_p = min4f(__builtin_convertvector(hi, v4f), top4);
+            const v4i lo_m = __builtin_convertvector(lo_p, v4i);
+            const v4i hi_m = __builtin_convertvector(hi_p, v4i);
+            const v4f lo_f = lo_p - __builtin_convertvector(lo_m, v4f);
+            const v4f hi_f = hi_p - __builtin_convertvector(hi_m, v4f);
             const int32_t m8[8] = {lo_m[0], lo_m[1], lo_m[2], lo_m[3],
                                    hi_m[0], hi_m[1], hi_m[2], hi_m[3]};
             const float f8[8] = {lo_f[0], lo_f[1], lo_f[2], lo_f[3],
@@ -154,15 +187,19 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
         return reached;
     }
     /* Gaps: p_ij = g_ij + sum over the keys t after j of g_it * gap_t, clamped to [0, top]
-     * (negative gaps can take it below 0). */
+     * (negative gaps can take it below 0), in PyTorch's steps: cumsum(g gap) - g gap + g, the
+     * cumulative sum added in double and rounded to float32. */
     const float *gap = a->gaps + (a->gap_rows > 1 ? bh / a->heads * s : 0) + own;
-    double after = 0.0; /* gaps can be large and of both signs: a float sum drifts */
+    const float topf = (float)top;
+    double upto = 0.0; /* gaps can be large and of both signs: a float sum drifts */
     for (int64_t t = 0; t < n; t++) {
-        reached = after + z[t];
-        after += (double)z[t] * gap[t];
-        const double p = reached < 0.0 ? 0.0 : (reached < top ? reached : top);
-        const int32_t m = (int32_t)p;
-        const float f = (float)(p - m);
+        const float weighted = z[t] * gap[t];
+        upto += weighted;
+        const float p = ((float)upto - weighted) + z[t];
+        reached = p;
+        const float pc = p < 0.0f ? 0.0f : (p < topf ? p : topf);
+        const int32_t m = (int32_t)pc;
+        const float f = pc - (float)m;
         if (k != NULL) keep_key(k, t, z[t], m, f, S);
         z[t] = c[t] + L[m] + f * S[m];
     }
@@ -333,7 +370,7 @@ int cope_band(const float *q, const float *kt, const float *v, const float *weig
               int64_t threads) {
     const int64_t stride = (top + 1 + 63) / 64 * 64;
     const cope_args a = {q, kt, v, weights, gaps, out, lse, full, heads, s, width, top, gap_rows,
-                         stride};
+                         stride, (float)(1.0 / sqrt((double)d))};
     return run_rows(&a, NULL, bh * s, d, threads);
 }
 
@@ -345,7 +382,7 @@ int cope_block(const float *q, const float *kt, const float *v, const float *wei
                int64_t i0, int64_t i1, int64_t top, int64_t gap_rows, int64_t threads) {
     const int64_t stride = (top + 1 + 63) / 64 * 64;
     const cope_args a = {q, kt, v, weights, gaps, NULL, NULL, NULL, heads, s, s, top, gap_rows,
-                         stride};
+                         stride, (float)(1.0 / sqrt((double)d))};
     const block_args blk = {i0, i1, out, probs, {gates, frac, steps, below}};
     return run_rows(&a, &blk, bh * (i1 - i0), d, threads);
 }
