@@ -44,12 +44,13 @@ _PTR, _INT = ctypes.c_void_p, ctypes.c_int64
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    lib = native.load("cope_band", ("cope_band", "cope_block"))
+    lib = native.load("cope_band", ("cope_band", "cope_block", "cope_block_backward"))
     if lib is None:
         return None
-    lib.cope_band.restype = lib.cope_block.restype = ctypes.c_int
+    lib.cope_band.restype = lib.cope_block.restype = lib.cope_block_backward.restype = ctypes.c_int
     lib.cope_band.argtypes = [_PTR] * 8 + [_INT] * 8
     lib.cope_block.argtypes = [_PTR] * 11 + [_INT] * 9
+    lib.cope_block_backward.argtypes = [_PTR] * 7 + [_INT] * 9
     return lib
 
 
@@ -115,13 +116,14 @@ class NativeLayer:
 
         Returns:
             ``out [b, h, i1 - i0, d_h]`` and ``[probs, gates, below, frac, steps]``, each
-            ``[b, h, i1 - i0, i1]`` (``below`` int64), as ``cope._scores`` keeps them.
+            ``[b, h, i1 - i0, i1]`` (``below`` int32), for :func:`block_backward`. Only
+            ``probs`` is written at future keys (0); the others hold what was in memory there.
         """
         b, h, s, d = self.shape
         bq = i1 - i0
         out = self.queries.new_empty(b, h, bq, d)
         probs, gates, frac, steps = (self.queries.new_empty(b, h, bq, i1) for _ in range(4))
-        below = torch.empty(b, h, bq, i1, dtype=torch.int64, device=self.queries.device)
+        below = torch.empty(b, h, bq, i1, dtype=torch.int32, device=self.queries.device)
         failed = _library().cope_block(  # type: ignore[union-attr]
             *self._inputs(), *(_ptr(t) for t in (out, probs, gates, below, frac, steps)),
             b * h, h, s, d, i0, i1, self.npos_max - 1, self.gap_rows, torch.get_num_threads(),
@@ -130,8 +132,48 @@ class NativeLayer:
         return out, [probs, gates, below, frac, steps]
 
     def _check(self, failed: int) -> None:
-        if failed:
-            raise MemoryError(f"cope_band: no memory for its per-thread buffers ({self.shape})")
+        _check(failed, self.shape)
+
+
+def _check(failed: int, shape: tuple) -> None:
+    if failed:
+        raise MemoryError(f"cope_band: no memory for its per-thread buffers ({shape})")
+
+
+def block_backward(
+    dz: Tensor,
+    kept: list[Tensor],
+    gaps: Tensor | None,
+    s: int,
+    columns: int,
+    negatives: bool,
+) -> tuple[Tensor, Tensor]:
+    """Training's backward through the logits of one of :meth:`NativeLayer.block`'s blocks,
+    as ``cope._scores_backward`` computes it, in one pass per query row from its own key on.
+
+    Args:
+        dz: Gradient of the block's logits ``[b, h, bq, i1]``, contiguous float32 (0 at future
+            keys, where the probabilities are 0); overwritten.
+        kept: The block's ``[gates, below, frac, steps]``.
+        gaps: :class:`NativeLayer`'s gaps (float32, last to first) or ``None``.
+        s: The layer's length.
+        columns: Integer positions the block can reach (``CoPELayer.columns``).
+        negatives: Whether some gap is negative (positions clamped at 0 from below).
+
+    Returns:
+        ``(dcontent, d_int)``: the gradient of the content scores before their scale
+        (``dz`` itself) and of the integer-position logits ``[b, h, bq, columns]``.
+    """
+    b, h, bq, i1 = dz.shape
+    gates, below, frac, steps = kept
+    d_int = dz.new_empty(b, h, bq, columns)
+    gap_rows = 1 if gaps is None or gaps.dim() == 1 else gaps.shape[0]
+    failed = _library().cope_block_backward(  # type: ignore[union-attr]
+        *(_ptr(t) for t in (dz, gates, below, frac, steps, gaps, d_int)),
+        b * h, h, s, bq, i1, columns, gap_rows, int(negatives), torch.get_num_threads(),
+    )  # fmt: skip
+    _check(failed, tuple(dz.shape))
+    return dz, d_int
 
 
 def native_layer(layer: CoPELayer) -> NativeLayer | None:

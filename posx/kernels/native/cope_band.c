@@ -111,7 +111,7 @@ typedef struct {
  * clamped position's integer part and fraction, and the step at the integer part; n of each. */
 typedef struct {
     float *gates, *frac, *steps;
-    int64_t *below;
+    int32_t *below;
 } kept;
 
 static inline __attribute__((always_inline)) void
@@ -282,7 +282,7 @@ query(const cope_args *a, int64_t r, float *c, float *z, float *L, float *S, int
 typedef struct {
     int64_t i0, i1;
     float *out, *probs; /* [bh, bq, d], [bh, bq, i1] */
-    kept k;             /* each [bh, bq, i1] */
+    kept k;             /* each [bh, bq, i1], from the query's own key on */
 } block_args;
 
 static inline __attribute__((always_inline)) void
@@ -291,11 +291,9 @@ block_query(const cope_args *a, const block_args *b, int64_t row, float *c, floa
     const int64_t bq = b->i1 - b->i0, keys = b->i1, bh = row / bq, r = row % bq;
     const int64_t i = b->i0 + r, own = bq - 1 - r, n = i + 1, at = row * keys;
     tables(a, a->q + (bh * a->s + i) * D, L, S, D);
-    for (int64_t col = 0; col < own; col++) { /* future keys: gate 0, position 0, probability 0 */
-        b->probs[at + col] = b->k.gates[at + col] = b->k.frac[at + col] = 0.f;
-        b->k.below[at + col] = 0;
-        b->k.steps[at + col] = S[0];
-    }
+    /* future keys: probability 0; their gates, positions and steps are left unwritten (the
+     * backward starts at the query's own key) */
+    for (int64_t col = 0; col < own; col++) b->probs[at + col] = 0.f;
     const kept k = {b->k.gates + at + own, b->k.frac + at + own, b->k.steps + at + own,
                     b->k.below + at + own};
     logits(a, bh * a->s + i, n, c, z, L, S, &k, D);
@@ -377,7 +375,7 @@ int cope_band(const float *q, const float *kt, const float *v, const float *weig
 /* Training: the block of queries [i0, i1) with all of their keys, and what its backward keeps
  * (block_args). Inputs as cope_band's; returns as it does. */
 int cope_block(const float *q, const float *kt, const float *v, const float *weights,
-               const float *gaps, float *out, float *probs, float *gates, int64_t *below,
+               const float *gaps, float *out, float *probs, float *gates, int32_t *below,
                float *frac, float *steps, int64_t bh, int64_t heads, int64_t s, int64_t d,
                int64_t i0, int64_t i1, int64_t top, int64_t gap_rows, int64_t threads) {
     const int64_t stride = (top + 1 + 63) / 64 * 64;
@@ -385,4 +383,76 @@ int cope_block(const float *q, const float *kt, const float *v, const float *wei
                          stride, (float)(1.0 / sqrt((double)d))};
     const block_args blk = {i0, i1, out, probs, {gates, frac, steps, below}};
     return run_rows(&a, &blk, bh * (i1 - i0), d, threads);
+}
+
+/* Training's backward through a block's logits (cope.py's _scores_backward), one query row per
+ * step: for the gradient dz of the logits [bh, bq, keys] (keys last to first), written over dz,
+ * the gradient of the content scores (before their scale),
+ *   dp_t = dz_t step_t (0 where the position was clamped at 0 from below: `negatives` only),
+ *   dsum_t = sum of dp_u over u >= t (with gaps: dp_t + gap_t (dsum_t - dp_t)), in double,
+ *   dc_t = dsum_t g_t (1 - g_t) + dz_t,
+ * and into d_int [bh, bq, cols] (zeroed here) the gradient of the integer-position logits,
+ * dz_t (1 - frac_t) at below_t and dz_t frac_t at below_t + 1 (dropped past the last column,
+ * where frac is 0). One pass where PyTorch takes a dozen over [bq, keys] tensors. */
+int cope_block_backward(float *dz, const float *gates, const int32_t *below, const float *frac,
+                        const float *steps, const float *gaps, float *d_int, int64_t bh,
+                        int64_t heads, int64_t s, int64_t bq, int64_t keys, int64_t cols,
+                        int64_t gap_rows, int64_t negatives, int64_t threads) {
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        /* the row's dp and suffix sums, each after 8 zeros (whole vectors from the end), and
+         * four partial d_int rows of cols + 1 (the last column takes what falls past it) */
+        const size_t width = (size_t)cols + 1;
+        float *buf = malloc((2 * ((size_t)keys + 16) + 4 * width) * sizeof(float));
+        failed = buf == NULL;
+        float *dp = buf + 8, *dsum = buf + keys + 24, *part = buf + 2 * (keys + 16);
+        if (buf != NULL)
+            for (int l = 1; l <= 8; l++) dp[-l] = 0.f;
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < bh * bq; row++) {
+            if (buf == NULL) continue;
+            /* from the query's own key (column own) on: before it dz is 0 and so is dc */
+            const int64_t own = bq - 1 - row % bq, n = keys - own, at = row * keys + own;
+            float *dzr = dz + at, *di = d_int + row * cols;
+            const float *g = gates + at, *fr = frac + at, *st = steps + at;
+            const int32_t *m = below + at;
+            const float *gap = gaps == NULL ? NULL
+                                            : gaps + (gap_rows > 1 ? row / bq / heads * s : 0) +
+                                                  (s - keys) + own;
+            for (int64_t t = 0; t < n; t++)
+                dp[t] = negatives && m[t] == 0 && fr[t] == 0.f ? 0.f : dzr[t] * st[t];
+            /* suffix sums in double, eight keys a step from the last: each vector reversed,
+             * its running sums, plus the sum so far */
+            v4d carry = {0};
+            for (int64_t t = n - 8; t > -8; t -= 8) {
+                const v8 x = *(const v8u *)(dp + t);
+                const v4d hi = running_sum4(__builtin_convertvector(
+                                   __builtin_shufflevector(x, x, 7, 6, 5, 4), v4d)) + carry;
+                const v4d lo = running_sum4(__builtin_convertvector(
+                                   __builtin_shufflevector(x, x, 3, 2, 1, 0), v4d)) +
+                               __builtin_shufflevector(hi, hi, 3, 3, 3, 3);
+                carry = __builtin_shufflevector(lo, lo, 3, 3, 3, 3);
+                const v4f hf = __builtin_convertvector(hi, v4f);
+                const v4f lf = __builtin_convertvector(lo, v4f);
+                *(v8u *)(dsum + t) = __builtin_shufflevector(lf, hf, 3, 2, 1, 0, 7, 6, 5, 4);
+            }
+            if (gap != NULL)
+                for (int64_t t = 0; t < n; t++) dsum[t] = (dsum[t] - dp[t]) * gap[t] + dp[t];
+            /* d_int: key t adds into partial row t % 4, so that neighbouring keys, which often
+             * share an integer part, do not wait on each other's additions */
+            for (size_t c = 0; c < 4 * width; c++) part[c] = 0.f;
+            for (int64_t t = 0; t < n; t++) {
+                const float z = dzr[t], zf = z * fr[t];
+                float *p = part + (t & 3) * width + m[t];
+                p[0] += z - zf;
+                p[1] += zf;
+            }
+            for (int64_t c = 0; c < cols; c++)
+                di[c] = (part[c] + part[width + c]) + (part[2 * width + c] + part[3 * width + c]);
+            for (int64_t t = 0; t < n; t++) dzr[t] += dsum[t] * (1.f - g[t]) * g[t];
+        }
+        free(buf);
+    }
+    return failed;
 }
