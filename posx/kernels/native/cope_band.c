@@ -28,6 +28,8 @@ typedef double v4d __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4iu __attribute__((vector_size(16), aligned(4)));
+typedef float v4fu __attribute__((vector_size(16), aligned(4)));
 
 enum { SPARE = 64 }; /* zero columns after the keys (kt) and slack in the per-thread buffers */
 
@@ -122,6 +124,26 @@ keep_key(const kept *k, int64_t t, float gate, int32_t m, float f, const float *
     k->steps[t] = S[m];
 }
 
+/* z = c + L[M] + F S[M] over n keys (gathers, which the compiler vectorises with the pointers
+ * declared apart), and with k what the backward keeps: the gates (z before), M, F and S[M]. */
+static inline __attribute__((always_inline)) void
+interpolate(int64_t n, const float *restrict c, const int32_t *restrict M,
+            const float *restrict F, const float *restrict L, const float *restrict S,
+            float *restrict z, const kept *k) {
+    if (k == NULL) {
+        for (int64_t t = 0; t < n; t++) z[t] = c[t] + L[M[t]] + F[t] * S[M[t]];
+        return;
+    }
+    float *restrict gates = k->gates, *restrict frac = k->frac, *restrict steps = k->steps;
+    int32_t *restrict below = k->below;
+    for (int64_t t = 0; t < n; t++) {
+        const int32_t m = M[t];
+        const float step = S[m];
+        gates[t] = z[t], below[t] = m, frac[t] = F[t], steps[t] = step;
+        z[t] = c[t] + L[m] + F[t] * step;
+    }
+}
+
 /* The logits z[0..n) of query row r against its n nearest keys, the nearest first; returns the
  * position reached at the n-th key (unclamped). c and z have room for n + SPARE floats; L and S
  * hold the query's logit at each integer position and the step to the next (0 at the top).
@@ -140,6 +162,9 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
     const int64_t s = a->s, bh = r / s, i = r % s, own = s - 1 - i; /* its key, last to first */
     const float *q = a->q + r * D, *kt = a->kt + bh * D * (s + SPARE) + own;
     const double top = (double)a->top;
+    /* the positions' integer parts and fractions, in the two arrays after c (buffers) */
+    int32_t *M = (int32_t *)(c + s + SPARE);
+    float *F = c + 2 * (s + SPARE);
     for (int64_t t = 0; t < n; t += 64) { /* 64 keys a step: eight independent sums */
         v8 sum[8] = {{0}};
         for (int64_t e = 0; e < D; e++) {
@@ -173,17 +198,10 @@ logits(const cope_args *a, int64_t r, int64_t n, float *c, float *z, const float
             const v4i hi_m = __builtin_convertvector(hi_p, v4i);
             const v4f lo_f = lo_p - __builtin_convertvector(lo_m, v4f);
             const v4f hi_f = hi_p - __builtin_convertvector(hi_m, v4f);
-            const int32_t m8[8] = {lo_m[0], lo_m[1], lo_m[2], lo_m[3],
-                                   hi_m[0], hi_m[1], hi_m[2], hi_m[3]};
-            const float f8[8] = {lo_f[0], lo_f[1], lo_f[2], lo_f[3],
-                                 hi_f[0], hi_f[1], hi_f[2], hi_f[3]};
-            for (int l = 0; l < 8; l++) {
-                const int32_t m = m8[l];
-                const float f = f8[l];
-                if (k != NULL && t + l < n) keep_key(k, t + l, z[t + l], m, f, S);
-                z[t + l] = c[t + l] + L[m] + f * S[m];
-            }
+            *(v4iu *)(M + t) = lo_m, *(v4iu *)(M + t + 4) = hi_m;
+            *(v4fu *)(F + t) = lo_f, *(v4fu *)(F + t + 4) = hi_f;
         }
+        interpolate(n, c, M, F, L, S, z, k);
         return reached;
     }
     /* Gaps: p_ij = g_ij + sum over the keys t after j of g_it * gap_t, clamped to [0, top]
@@ -302,7 +320,8 @@ block_query(const cope_args *a, const block_args *b, int64_t row, float *c, floa
     for (int64_t t = 0; t < n; t++) b->probs[at + own + t] = z[t];
 }
 
-/* per thread: c and z (s + SPARE floats each), L (npos rounded up to 64), S (npos) */
+/* per thread: c, then the integer parts and fractions of logits(), z (s + SPARE floats each),
+ * L (npos rounded up to 64), S (npos) */
 typedef struct {
     float *c, *z, *L, *S;
 } buffers;
@@ -336,12 +355,13 @@ static void rows_any(const cope_args *a, const block_args *blk, int64_t r0, int6
 static int run_rows(const cope_args *a, const block_args *blk, int64_t rows, int64_t d,
                     int64_t threads) {
     const int64_t npos = a->top + 1, stride = a->weights_stride, s = a->s, chunk = 64;
-    const size_t floats = 2 * ((size_t)s + SPARE) + (size_t)stride + (size_t)npos;
+    const size_t floats = 4 * ((size_t)s + SPARE) + (size_t)stride + (size_t)npos;
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
         float *mem = malloc(floats * sizeof(float));
-        const buffers b = {mem, mem + s + SPARE, mem + 2 * (s + SPARE), mem + 2 * (s + SPARE) + stride};
+        const buffers b = {mem, mem + 3 * (s + SPARE), mem + 4 * (s + SPARE),
+                           mem + 4 * (s + SPARE) + stride};
         failed = mem == NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
