@@ -165,6 +165,7 @@ class CoPEAttention(torch.autograd.Function):
         layer, s, d = ctx.layer, q.shape[-2], q.shape[-1]
         dq = torch.empty_like(q)  # every block writes its queries' rows
         dk, dv, demb = (torch.zeros_like(t) for t in (k, v, emb))
+        negatives = layer.gaps is not None and bool((layer.gaps < 0).any())
         for n, (i0, i1) in enumerate(ctx.blocks):
             probs, *kept = saved[6 * n : 6 * n + 6]
             qb, kb, vb = q[..., i0:i1, :], k[..., s - i1 :, :], v[..., s - i1 :, :]
@@ -173,7 +174,6 @@ class CoPEAttention(torch.autograd.Function):
             dz = torch._softmax_backward_data(do @ vb.transpose(-1, -2), probs, -1, probs.dtype)
             cols = layer.columns(i1)
             if ctx.native:  # the kernel's tensors, and its backward
-                negatives = layer.gaps is not None and bool((layer.gaps < 0).any())
                 args = (ctx.gaps, s, cols, negatives)
                 dcontent, d_int = native_backward(dz, kept[:4], *args)
             else:

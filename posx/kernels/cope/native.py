@@ -165,6 +165,7 @@ def block_backward(
         (``dz`` itself) and of the integer-position logits ``[b, h, bq, columns]``.
     """
     b, h, bq, i1 = dz.shape
+    dz = dz.contiguous()  # (softmax's backward gives it so: no copy)
     gates, below, frac, steps = kept
     d_int = dz.new_empty(b, h, bq, columns)
     gap_rows = 1 if gaps is None or gaps.dim() == 1 else gaps.shape[0]
