@@ -25,7 +25,6 @@ typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loads and stores */
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef double v4d __attribute__((vector_size(32)));
-typedef int64_t v4l __attribute__((vector_size(32)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4iu __attribute__((vector_size(16), aligned(4)));
