@@ -76,6 +76,9 @@ def _largest_differences(grad: bool) -> dict[tuple, float]:
 def test_within_the_peer_tolerance_at_8_to_64_positions(route, grad, monkeypatch):
     if route == "native" and not cope_native.available():
         pytest.skip("no C compiler here: the PyTorch routes are tested")
+    if route == "native" and torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        # the kernel's gates follow SLEEF's vectorised expf, which torch takes with AVX2/AVX-512
+        pytest.skip("torch.sigmoid takes another e^x on this CPU")
     calls: list[bool] = []
     real = cope_native.native_layer
 
