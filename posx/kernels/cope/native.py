@@ -18,12 +18,12 @@ Taken for float32 CPU tensors with a head width that is a multiple of 8 (keys an
 queries' shape), where the kernel could be built (:func:`posx.kernels.native.load`); elsewhere
 :func:`native_layer` and :func:`cope_native` return ``None`` and the caller takes its PyTorch
 routes. The two compute the same numbers up to the order of float32 sums: the kernel's gates are
-``torch.sigmoid``'s bit for bit (SLEEF's e^x, as PyTorch's CPU kernel takes it) and its positions
-are the gates added in double and rounded to float32, as ``torch.cumsum`` hands them over, so it
-stays within 2e-6 of the paper's code and x-transformers at 8-64 positions where the PyTorch
-route does (tests/unit/kernels/test_cope_peers.py), and at thousands of positions its error
-against the formula in float64 is the route's (a float32 running sum would drift;
-tests/unit/kernels/test_cope_native.py holds it within 3x).
+``torch.sigmoid``'s bit for bit (SLEEF's e^x, as PyTorch's AVX2 and AVX-512 kernels take it)
+and its positions are the gates added in double and rounded to float32, as ``torch.cumsum``
+hands them over, so it stays within 2e-6 of the paper's code and x-transformers at 8-64
+positions where the PyTorch route does (tests/unit/kernels/test_cope_peers.py), and at
+thousands of positions its error against the formula in float64 is the route's (a float32
+running sum would drift; tests/unit/kernels/test_cope_native.py holds it within 3x).
 """
 
 from __future__ import annotations
