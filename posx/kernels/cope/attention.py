@@ -49,6 +49,7 @@ from posx.kernels.cope.layer import (
     suffix_positions,
 )
 from posx.kernels.cope.native import NativeLayer, cope_native, native_layer
+from posx.kernels.cope.native import block_backward as native_backward
 from posx.kernels.flash import flash_available, flash_lse, merge_by_lse
 from posx.kernels.relative import relative_shift
 
@@ -113,13 +114,11 @@ def _explicit(
     needs (per block: the probabilities, then :func:`_scores`' five tensors). With ``fused``
     (the C kernel's layout of the same layer), each block is one call of the kernel."""
     futures, outputs, saved = FutureMasks(layer.q.device), [], []
-    negatives = layer.gaps is not None and bool((layer.gaps < 0).any())
     for i0, i1 in blocks:
         if fused is not None:
-            out, (probs, gates, below, frac, steps) = fused.block(i0, i1)
-            # where positions were clamped at 0 from below (negative gaps only)
-            negative = (below == 0) & (frac == 0) if negatives else None
-            kept = (gates, below, frac, steps, negative)
+            # its backward is native_backward, which finds clamped positions itself
+            out, (probs, *kept) = fused.block(i0, i1)
+            kept.append(None)
         else:
             logits, kept = _scores(layer, i0, i1, futures[i1 - i0])
             probs = torch.softmax(logits, dim=-1)
@@ -156,7 +155,8 @@ class CoPEAttention(torch.autograd.Function):
         fused = native_layer(layer)  # None: the PyTorch route
         out, saved = _explicit(layer, ctx.blocks, keep=True, fused=fused)
         ctx.save_for_backward(layer.q, layer.k, layer.v, emb, *saved)
-        ctx.layer = layer
+        ctx.layer, ctx.native = layer, fused is not None
+        ctx.gaps = None if fused is None else fused.gaps  # float32, as the kernel reads them
         return out
 
     @staticmethod
@@ -165,6 +165,7 @@ class CoPEAttention(torch.autograd.Function):
         layer, s, d = ctx.layer, q.shape[-2], q.shape[-1]
         dq = torch.empty_like(q)  # every block writes its queries' rows
         dk, dv, demb = (torch.zeros_like(t) for t in (k, v, emb))
+        negatives = layer.gaps is not None and bool((layer.gaps < 0).any())
         for n, (i0, i1) in enumerate(ctx.blocks):
             probs, *kept = saved[6 * n : 6 * n + 6]
             qb, kb, vb = q[..., i0:i1, :], k[..., s - i1 :, :], v[..., s - i1 :, :]
@@ -172,7 +173,11 @@ class CoPEAttention(torch.autograd.Function):
             dv[..., s - i1 :, :] += probs.transpose(-1, -2) @ do
             dz = torch._softmax_backward_data(do @ vb.transpose(-1, -2), probs, -1, probs.dtype)
             cols = layer.columns(i1)
-            dcontent, d_int = _scores_backward(dz, tuple(kept), layer.block_gaps(i1), cols)
+            if ctx.native:  # the kernel's tensors, and its backward
+                args = (ctx.gaps, s, cols, negatives)
+                dcontent, d_int = native_backward(dz, kept[:4], *args)
+            else:
+                dcontent, d_int = _scores_backward(dz, tuple(kept), layer.block_gaps(i1), cols)
             dq[..., i0:i1, :] = (dcontent @ kb).mul_(layer.scale) + d_int @ emb[:, :cols].T
             dk[..., s - i1 :, :] += (dcontent.transpose(-1, -2) @ qb).mul_(layer.scale)
             demb[:, :cols] += qb.reshape(-1, d).T @ d_int.reshape(-1, cols)

@@ -17,11 +17,13 @@ torch's own threads.
 Taken for float32 CPU tensors with a head width that is a multiple of 8 (keys and values of the
 queries' shape), where the kernel could be built (:func:`posx.kernels.native.load`); elsewhere
 :func:`native_layer` and :func:`cope_native` return ``None`` and the caller takes its PyTorch
-routes. The two differ by float32 rounding, not by their formula: both add the gates into
-positions in double, and the kernel takes each position's integer part and fraction from the
-double sum where the PyTorch routes round the position to float32 first, so against the formula
-in float64 the kernel's error is no larger than theirs (at 1-2k positions about a tenth of it;
-tests/unit/kernels/test_cope_native.py holds it within 3x at every size tested).
+routes. The two compute the same numbers up to the order of float32 sums: the kernel's gates are
+``torch.sigmoid``'s bit for bit (SLEEF's e^x, as PyTorch's AVX2 and AVX-512 kernels take it)
+and its positions are the gates added in double and rounded to float32, as ``torch.cumsum``
+hands them over, so it stays within 2e-6 of the paper's code and x-transformers at 8-64
+positions where the PyTorch route does (tests/unit/kernels/test_cope_peers.py), and at
+thousands of positions its error against the formula in float64 is the route's (a float32
+running sum would drift; tests/unit/kernels/test_cope_native.py holds it within 3x).
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ _PTR, _INT = ctypes.c_void_p, ctypes.c_int64
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    lib = native.load("cope_band", ("cope_band", "cope_block"))
+    lib = native.load("cope_band", ("cope_band", "cope_block", "cope_block_backward"))
     if lib is None:
         return None
-    lib.cope_band.restype = lib.cope_block.restype = ctypes.c_int
+    lib.cope_band.restype = lib.cope_block.restype = lib.cope_block_backward.restype = ctypes.c_int
     lib.cope_band.argtypes = [_PTR] * 8 + [_INT] * 8
     lib.cope_block.argtypes = [_PTR] * 11 + [_INT] * 9
+    lib.cope_block_backward.argtypes = [_PTR] * 7 + [_INT] * 9
     return lib
 
 
@@ -62,10 +65,10 @@ def _ptr(t: Tensor | None) -> int | None:
 
 class NativeLayer:
     """One layer's inputs in the kernel's layout, from the PyTorch routes' :class:`CoPELayer`
-    (whose keys, values and gaps are already last to first): queries times ``1/sqrt(d_h)``,
-    keys transposed with :data:`SPARE` zero columns, and the position embeddings over the scale
-    (``q_scaled (E / scale) = q E``) with zero columns up to a multiple of 64 (the kernel
-    computes 64 positions a step).
+    (whose keys, values and gaps are already last to first): the queries, keys transposed with
+    :data:`SPARE` zero columns, and the position embeddings with zero columns up to a multiple
+    of 64 (the kernel computes 64 positions a step). The kernel scales ``q.k`` by ``1/sqrt(d_h)``
+    after the product, as the PyTorch routes do.
 
     Build it with :func:`native_layer`, which checks that the kernel applies.
     """
@@ -73,12 +76,12 @@ class NativeLayer:
     def __init__(self, layer: CoPELayer) -> None:
         b, h, s, d = layer.q.shape
         self.shape, self.npos_max = (b, h, s, d), layer.top + 1
-        self.queries = (layer.q * layer.scale).contiguous()
+        self.queries = layer.q.contiguous()
         self.keys_t = layer.q.new_zeros(b, h, d, s + SPARE)
         self.keys_t[..., :s] = layer.k.transpose(-1, -2)
         self.values = layer.v.contiguous()
         self.weights = layer.q.new_zeros(d, -(-self.npos_max // 64) * 64)
-        self.weights[:, : self.npos_max] = layer.emb / layer.scale
+        self.weights[:, : self.npos_max] = layer.emb
         gaps = layer.gaps
         self.gaps = None if gaps is None else gaps.to(torch.float32).contiguous()
         self.gap_rows = 1 if gaps is None or gaps.dim() == 1 else gaps.shape[0]
@@ -113,13 +116,14 @@ class NativeLayer:
 
         Returns:
             ``out [b, h, i1 - i0, d_h]`` and ``[probs, gates, below, frac, steps]``, each
-            ``[b, h, i1 - i0, i1]`` (``below`` int64), as ``cope._scores`` keeps them.
+            ``[b, h, i1 - i0, i1]`` (``below`` int32), for :func:`block_backward`. Only
+            ``probs`` is written at future keys (0); the others hold what was in memory there.
         """
         b, h, s, d = self.shape
         bq = i1 - i0
         out = self.queries.new_empty(b, h, bq, d)
         probs, gates, frac, steps = (self.queries.new_empty(b, h, bq, i1) for _ in range(4))
-        below = torch.empty(b, h, bq, i1, dtype=torch.int64, device=self.queries.device)
+        below = torch.empty(b, h, bq, i1, dtype=torch.int32, device=self.queries.device)
         failed = _library().cope_block(  # type: ignore[union-attr]
             *self._inputs(), *(_ptr(t) for t in (out, probs, gates, below, frac, steps)),
             b * h, h, s, d, i0, i1, self.npos_max - 1, self.gap_rows, torch.get_num_threads(),
@@ -128,8 +132,49 @@ class NativeLayer:
         return out, [probs, gates, below, frac, steps]
 
     def _check(self, failed: int) -> None:
-        if failed:
-            raise MemoryError(f"cope_band: no memory for its per-thread buffers ({self.shape})")
+        _check(failed, self.shape)
+
+
+def _check(failed: int, shape: tuple) -> None:
+    if failed:
+        raise MemoryError(f"cope_band: no memory for its per-thread buffers ({shape})")
+
+
+def block_backward(
+    dz: Tensor,
+    kept: list[Tensor],
+    gaps: Tensor | None,
+    s: int,
+    columns: int,
+    negatives: bool,
+) -> tuple[Tensor, Tensor]:
+    """Training's backward through the logits of one of :meth:`NativeLayer.block`'s blocks,
+    as ``cope._scores_backward`` computes it, in one pass per query row from its own key on.
+
+    Args:
+        dz: Gradient of the block's logits ``[b, h, bq, i1]``, contiguous float32 (0 at future
+            keys, where the probabilities are 0); overwritten.
+        kept: The block's ``[gates, below, frac, steps]``.
+        gaps: :class:`NativeLayer`'s gaps (float32, last to first) or ``None``.
+        s: The layer's length.
+        columns: Integer positions the block can reach (``CoPELayer.columns``).
+        negatives: Whether some gap is negative (positions clamped at 0 from below).
+
+    Returns:
+        ``(dcontent, d_int)``: the gradient of the content scores before their scale
+        (``dz`` itself) and of the integer-position logits ``[b, h, bq, columns]``.
+    """
+    b, h, bq, i1 = dz.shape
+    dz = dz.contiguous()  # (softmax's backward gives it so: no copy)
+    gates, below, frac, steps = kept
+    d_int = dz.new_empty(b, h, bq, columns)
+    gap_rows = 1 if gaps is None or gaps.dim() == 1 else gaps.shape[0]
+    failed = _library().cope_block_backward(  # type: ignore[union-attr]
+        *(_ptr(t) for t in (dz, gates, below, frac, steps, gaps, d_int)),
+        b * h, h, s, bq, i1, columns, gap_rows, int(negatives), torch.get_num_threads(),
+    )  # fmt: skip
+    _check(failed, tuple(dz.shape))
+    return dz, d_int
 
 
 def native_layer(layer: CoPELayer) -> NativeLayer | None:

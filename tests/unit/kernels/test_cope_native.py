@@ -3,8 +3,9 @@ against the former implementation (autograd's graph of the formula over blocked_
 test_cope_fast.py): every head width the kernel specialises and a generic one, every kind of
 positions, the band with its far part, rows whose positions fall short of the top within the
 band, its error against the formula in float64 at thousands of positions (within 3x the float32
-PyTorch route's), values of another head size (declined), and the layer through ``CoPE.attend``
-and ``posx eval``. Then the builder: the cache, a
+PyTorch route's), training's backward in the kernel against the PyTorch route's, values of
+another head size (declined), and the layer through ``CoPE.attend`` and ``posx eval``. Then the
+builder: the cache, a
 damaged cached library, no compiler, a compile error, the switch."""
 
 from __future__ import annotations
@@ -77,6 +78,36 @@ def _output_and_grads(enc, q, k, v, weights, attend):
     out = attend(enc, *leaves)
     wrt = [*leaves, enc.layers[0].pos_emb]
     return [out.detach(), *torch.autograd.grad((out * weights.to(out.dtype)).sum(), wrt)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_backward_in_the_kernel(kind, monkeypatch):
+    """The kernel's training blocks take its backward too (cope_block_backward: each query row
+    from its own key on, the future keys' entries left unwritten by the forward), and every
+    gradient equals the PyTorch route's on the same inputs up to float32 rounding: unit gaps,
+    gaps, and negative gaps (positions clamped at 0)."""
+    backward_calls: list[bool] = []
+    real = kernel.native_backward
+
+    def spy(*args):
+        backward_calls.append(True)
+        return real(*args)
+
+    monkeypatch.setattr(kernel, "native_backward", spy)
+    gen = torch.Generator().manual_seed(zlib.crc32(repr(("backward", kind)).encode()))
+    b, h, s, d, npos_max = 2, 2, 70, 16, 24
+    enc, q, k, v = _inputs(b, h, s, d, npos_max, 16, gen)
+    pos = _positions(kind, b, s, gen)
+    weights = torch.randn(b, h, s, d, generator=gen)
+    attend = lambda e, *t: e.attend(*t, pos, pos)  # noqa: E731
+    got = _output_and_grads(enc, q, k, v, weights, attend)
+    assert len(backward_calls) == 5  # one per block of 16 queries
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernel, "native_layer", lambda *a: None)
+        ref = _output_and_grads(enc, q, k, v, weights, attend)
+    for name, a, r in zip(["out", "q", "k", "v", "emb"], got, ref, strict=True):
+        assert_near(a, r, 1e-5, name)
 
 
 @needs_kernel
