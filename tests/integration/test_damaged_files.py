@@ -109,14 +109,30 @@ TEXT_RUN = ["task=text", "model.d_model=8", "model.n_heads=2", "model.n_layers=1
 
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory) -> Path:
-    """A run trained (by ``posx train``, in a subprocess) on ``corpus.txt`` of its working
+    """A run trained (by ``posx train``, in this process) on ``corpus.txt`` of its working
     directory: a relative path, so a copy of the run reads the ``corpus.txt`` beside it."""
-    from tests.conftest import run_posx
+    import contextlib
+
+    from tests.conftest import run_in_process
 
     folder = tmp_path_factory.mktemp("text_run")
     (folder / "corpus.txt").write_bytes(LEGACY_CORPUS.read_bytes())
-    run_posx("train", *TEXT_RUN, "task.corpus=corpus.txt", "root=results", cwd=folder, check=True)
+    with contextlib.chdir(folder):
+        done = run_in_process("train", *TEXT_RUN, "task.corpus=corpus.txt", "root=results")
+    assert done.returncode == 0, done.stderr
     return next((folder / "results").rglob("run.json")).parent
+
+
+@pytest.fixture
+def posx_in(cli, monkeypatch):
+    """``posx ARGS`` run from folder ``cwd``, in this process (the ``cli`` fixture; a
+    subprocess per call spent more time importing torch than checking the corpus)."""
+
+    def run(*args: str, cwd: Path):
+        monkeypatch.chdir(cwd)
+        return cli(*args)
+
+    return run
 
 
 @pytest.fixture
@@ -132,13 +148,13 @@ def changed_corpus(text_run, tmp_path) -> Path:
     return run
 
 
-def test_eval_refuses_a_run_whose_corpus_changed(posx, changed_corpus, tmp_path):
+def test_eval_refuses_a_run_whose_corpus_changed(posx_in, changed_corpus, tmp_path):
     """The rebuilt corpus is checked against the checksum run.json recorded at training: an
     edited corpus is refused in one line that names it and what changed, before any work."""
     run = changed_corpus
     recorded = json.loads((run / "run.json").read_text())["task_info"]["corpus_crc32"]
     before = snapshot(run)
-    result = posx("eval", str(run), "--lengths", "16", "--no-progress", cwd=tmp_path)
+    result = posx_in("eval", str(run), "--lengths", "16", "--no-progress", cwd=tmp_path)
     line = error_line(result)
     assert result.returncode == 1, result.stderr
     assert "the corpus 'corpus.txt' has changed since the run was trained" in line, line
@@ -146,56 +162,53 @@ def test_eval_refuses_a_run_whose_corpus_changed(posx, changed_corpus, tmp_path)
     assert snapshot(run) == before
 
 
-def test_resume_refuses_a_run_whose_corpus_changed(posx, changed_corpus, tmp_path):
+def test_resume_refuses_a_run_whose_corpus_changed(posx_in, changed_corpus, tmp_path):
     """A run killed after training, before its evaluation, resumes into that evaluation: on an
     edited corpus it would score other text, so `posx resume` refuses it as `posx eval` does."""
     run = changed_corpus
     (run / "eval.csv").unlink()
     (run / "eval_positions.csv").unlink(missing_ok=True)
     before = snapshot(run)
-    result = posx("resume", str(run), cwd=tmp_path)
+    result = posx_in("resume", str(run), cwd=tmp_path)
     line = error_line(result)
     assert result.returncode == 1, result.stderr
     assert "the corpus 'corpus.txt' has changed since the run was trained" in line, line
     assert snapshot(run) == before
 
 
-def test_eval_of_a_changed_corpus_on_request_records_it(posx, changed_corpus, tmp_path):
+def test_eval_of_a_changed_corpus_on_request_records_it(posx_in, changed_corpus, tmp_path):
     """Evaluating on the corpus as it is now is an eval-time override, recorded in the row."""
     run = changed_corpus
     args = ("eval", str(run), "--lengths", "16", "--no-progress", "task.corpus=corpus.txt")
-    result = posx(*args, cwd=tmp_path)
+    result = posx_in(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
     assert "task.corpus=corpus.txt" in set(rows["overrides"]), rows["overrides"]
 
 
-def test_the_python_api_refuses_a_run_whose_corpus_changed(changed_corpus, tmp_path):
+def test_the_python_api_refuses_a_run_whose_corpus_changed(changed_corpus, tmp_path, monkeypatch):
     """``posx.api.evaluate`` (no run selection before it) checks the corpus too."""
-    import subprocess
-    import sys
+    from posx.api import evaluate
+    from posx.errors import PosxError
 
     before = snapshot(changed_corpus)
-    code = "from posx.api import evaluate; evaluate('results/runs/text', [16], device='cpu')"
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode != 0, proc.stdout
-    assert "PosxError" in proc.stderr and "has changed since the run was trained" in proc.stderr
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PosxError, match="has changed since the run was trained"):
+        evaluate("results/runs/text", [16], device="cpu")
     assert snapshot(changed_corpus) == before
 
 
-def test_eval_root_skips_a_run_whose_corpus_changed(posx, changed_corpus, text_run, tmp_path):
+def test_eval_root_skips_a_run_whose_corpus_changed(posx_in, changed_corpus, text_run, tmp_path):
     """Under ``--root`` the run is skipped with its reason; a run of an unchanged corpus (its
     own ``corpus.txt``, elsewhere) is still evaluated."""
     import shutil
 
-    result = posx("eval", "--root", "results", "--lengths", "16", "--no-progress", cwd=tmp_path)
+    result = posx_in("eval", "--root", "results", "--lengths", "16", "--no-progress", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert "posx: skipping: " in result.stderr and "has changed since" in result.stderr
     assert "1 run(s) skipped, damaged or refused: text" in result.stderr, result.stderr
     same = Path(shutil.copytree(text_run.parent.parent.parent, tmp_path / "same"))
-    result = posx("eval", "--root", "results", "--lengths", "16", "--no-progress", cwd=same)
+    result = posx_in("eval", "--root", "results", "--lengths", "16", "--no-progress", cwd=same)
     assert result.returncode == 0, result.stderr
 
 
