@@ -45,8 +45,11 @@ def write_claims(config_dir: Path, name: str, claims: dict[str, tuple[str, str]]
     (config_dir / "claims" / f"{name}.yaml").write_text("\n".join(lines) + "\n")
 
 
-@pytest.fixture
-def checked(tmp_path: Path):
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory):
+    """The verdicts of CLAIMS on one seed tree, checked once for the module (tests only read
+    them)."""
+    tmp_path = tmp_path_factory.mktemp("checked")
     make_seed_tree(tmp_path / "results", TEXT, experiment="demo_claims")
     write_claims(tmp_path / "conf", "demo_claims", CLAIMS)
     return {v.claim.id: v for v in check_root(tmp_path / "results", [tmp_path / "conf"]).verdicts}
