@@ -258,11 +258,47 @@ def test_a_sweep_of_extensions_says_what_the_user_chose_and_compares_with_the_pa
     assert f"posx report --root {root}    # compare the sweep's runs with their parent" in out
 
 
+@pytest.mark.parametrize(
+    "user",
+    [
+        ["extension=yarn"],
+        ["extension=pose"],
+        ["extension=pi", "extend.length=64"],
+        ["extension=plain", "extend.factor=2", "eval.lengths=[16]"],
+    ],
+)
+def test_a_launch_config_equals_composing_its_overrides(base, user):
+    """Issue 53: a launch's config is its probe with the lengths set (one compose, not two);
+    it must equal what Hydra composes from the launch's overrides, which the job will run."""
+    from omegaconf import OmegaConf
+
+    from posx.runs.extend.length import launch_lengths
+    from posx.runs.extend.run import _merged, check_parent
+
+    parent = check_parent(base, [], ())
+    keys = {o.split("=", 1)[0] for o in user}
+    placeholder = [] if "extend.length" in keys else [f"extend.length={parent['cfg'].train.length}"]
+    probe = compose([*_merged(parent, user, []), *placeholder])
+    lengths = launch_lengths(probe, parent["cfg"], keys)
+    composed = compose([*_merged(parent, user, []), *lengths.settings()])
+    applied = lengths.applied(probe)
+    assert OmegaConf.to_container(applied, resolve=True) == OmegaConf.to_container(
+        composed, resolve=True
+    )
+    assert OmegaConf.to_yaml(applied) == OmegaConf.to_yaml(composed)
+
+
 def test_each_combination_is_composed_and_built_once(cli, base, tmp_path, monkeypatch):
     """Issue 53: the plan checked each combination, then the launch composed, validated and
     built it again (a second compose and model build per launch)."""
     from posx.runs import preflight
 
+    from posx.config import compose as compose_module
+
+    composed, compose_ = [], compose_module.hydra_compose
+    monkeypatch.setattr(
+        compose_module, "hydra_compose", lambda *a, **k: composed.append(k) or compose_(*a, **k)
+    )
     built, build = [], preflight.check_buildable
     monkeypatch.setattr(
         preflight, "check_buildable", lambda cfg, *a: built.append(cfg) or build(cfg, *a)
@@ -274,6 +310,9 @@ def test_each_combination_is_composed_and_built_once(cli, base, tmp_path, monkey
     assert result.returncode == 0, result.stderr
     assert len(_runs(root)) == 3  # the parent and its two extensions
     assert sorted(c.encoding.scaling.type for c in built) == ["linear", "yarn"]
+    # the parent's config, one per combination (its lengths then set on it), and the sweep
+    # directory: 4 (6 when each launch config was composed again)
+    assert len(composed) == 4, [k["overrides"][-3:] for k in composed]
 
 
 @pytest.mark.parametrize(

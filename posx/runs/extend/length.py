@@ -10,6 +10,7 @@ of it, and at its parent's lengths, unless ``eval.lengths`` is named.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass
 
@@ -50,6 +51,17 @@ class Lengths:
             out.append(f"extend.length={self.length}")
         if self.eval_lengths is not None:
             out.append(f"eval.lengths=[{','.join(map(str, self.eval_lengths))}]")
+        return out
+
+    def applied(self, cfg: DictConfig) -> DictConfig:
+        """A copy of ``cfg`` with :meth:`settings` set, each value parsed as Hydra parses an
+        override: what composing again with them gives (they only set values; the
+        interpolations that read them resolve later), without a second compose per launch."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        out = copy.deepcopy(cfg)
+        for override in OverridesParser.create().parse_overrides(self.settings()):
+            OmegaConf.update(out, override.key_or_group, override.value(), merge=False)
         return out
 
 

@@ -146,7 +146,7 @@ def _launches(
             probe = compose([*_merged(parent, combo, dirs), *placeholder], dirs)
             lengths = launch_lengths(probe, parent["cfg"], keys)
             launch = [*_merged(parent, combo, dirs), *lengths.settings()]
-            cfg = compose(launch, dirs)
+            cfg = lengths.applied(probe)
             if wants_search(cfg):
                 if len(combos) > 1:
                     raise ConfigError(
