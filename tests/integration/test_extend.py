@@ -291,9 +291,8 @@ def test_a_launch_config_equals_composing_its_overrides(base, user):
 def test_each_combination_is_composed_and_built_once(cli, base, tmp_path, monkeypatch):
     """Issue 53: the plan checked each combination, then the launch composed, validated and
     built it again (a second compose and model build per launch)."""
-    from posx.runs import preflight
-
     from posx.config import compose as compose_module
+    from posx.runs import preflight
 
     composed, compose_ = [], compose_module.hydra_compose
     monkeypatch.setattr(
