@@ -197,6 +197,38 @@ def test_two_processes_give_the_rows_of_one(models, tmp_path):
     assert len(tables[2][1]) == 2 * 2 * 3
 
 
+@pytest.mark.slow
+def test_one_process_failing_fails_the_rows_in_every_process(models, tmp_path):
+    """torchrun --nproc_per_node 2 on gloo, rank 1's generation out of memory: both processes
+    finish within the timeout (before, rank 1 skipped the gather and rank 0 waited in it), and
+    rank 0 writes each task's ``failed`` row naming rank 1, as one process writes its own
+    failure."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "POSX_DEBUG": "0",
+           "HF_HUB_OFFLINE": "1", "POSX_TEST_FAIL_RANK": "1"}  # fmt: skip
+    root = tmp_path / "r"
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+              str(REPO / "tests" / "integration" / "failing_rank.py")]  # fmt: skip
+    args = ["eval", f"hf:{models / 'llama'}", "--suite", "ruler", "--lengths", "1000",
+            f"task.corpus={models / 'corpus.txt'}", "ruler.tasks=niah_single_1,vt",
+            "ruler.samples=2", "--no-progress", "--root", str(root)]  # fmt: skip
+    proc = subprocess.run([sys.executable, *launch, *args], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = (root / "pretrained").iterdir()
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    assert list(rows["task"]) == ["ruler/niah_single_1", "ruler/vt", "ruler/average"]
+    assert set(rows["status"]) == {"failed"}
+    reason = "rank 1 of 2 failed: RuntimeError: CUDA out of memory (made by the test)"
+    assert list(rows["reason"])[:2] == [reason, reason]
+    assert not (run / "ruler_generations.csv").exists()
+
+
 def test_several_processes_refuse_what_they_cannot_share(cli, models, tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     proc = cli("eval", f"hf:{models / 'llama'}", "--suite", "text,ruler", "--root",
