@@ -45,6 +45,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from posx.claims.effective import measure_effective
 from posx.claims.language import ClaimsFile
 from posx.claims.measure import links, measure_mrr, measure_values
 from posx.claims.verdict import (
@@ -96,6 +97,8 @@ def check_claims(
             verdict.reason = empty
         elif claim.statement.mrr:
             measure_mrr(verdict, frame)
+        elif claim.statement.effective:
+            measure_effective(verdict, frame)
         else:
             measure_values(verdict, frame)
         if not verdict.reason:
