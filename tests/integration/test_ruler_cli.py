@@ -78,11 +78,15 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
         "  - id: some\n    table: t\n"
         "    statement: llama >= 0 at L=1000 by score on ruler/average\n"
         "  - id: all\n    table: t\n    statement: llama >= 99 at L=1000 by score on ruler/vt\n"
+        "  - id: short\n    table: t\n    statement: 'effective_length: llama < 1000'\n"
     )
     check = cli("--config-dir", str(conf), "check", str(root), "--min-seeds", "1", "--format",
                 "json")  # fmt: skip
-    verdicts = {c["claim"]: c["verdict"] for c in json.loads(check.stdout)["claims"]}
-    assert verdicts == {"some": "holds", "all": "fails"}, check.stdout + check.stderr
+    claims = json.loads(check.stdout)["claims"]
+    verdicts = {c["claim"]: c["verdict"] for c in claims}
+    assert verdicts == {"some": "holds", "all": "fails", "short": "holds"}, check.stdout
+    # read at the threshold the rows record (no note that it was assumed)
+    assert not next(c for c in claims if c["claim"] == "short")["notes"]
     report = cli("report", "--root", str(root), "--threshold", "0")
     assert report.returncode == 0, report.stderr
     assert "RULER llama: score in percent" in report.stdout
