@@ -36,11 +36,13 @@ class Reach:
         upper: The next length evaluated, where the score fell below the threshold (inf:
             none, or it did not evaluate).
         lengths: The lengths evaluated.
+        unscored: The next length evaluated when its row has no score (failed, unsupported).
     """
 
     value: int
     upper: float
     lengths: tuple[int, ...]
+    unscored: int | None = None
 
     @property
     def at_top(self) -> bool:
@@ -80,10 +82,9 @@ def _reach(rows: pd.DataFrame, threshold: float) -> Reach:
     value = effective_length(scores, threshold) or 0
     lengths = tuple(sorted(scores))
     after = [n for n in lengths if n > value]
-    upper = math.inf
     if after and not math.isnan(scores[after[0]]):  # a score below the threshold there
-        upper = float(after[0])
-    return Reach(value, upper, lengths)
+        return Reach(value, float(after[0]), lengths)
+    return Reach(value, math.inf, lengths, after[0] if after else None)
 
 
 def _term_reaches(
@@ -127,11 +128,11 @@ def _number_link(
     for seed, reach in sorted(reaches.items()):
         if _decided(reach, op, number):
             continue
-        past = (
-            f"falls below it at {reach.upper:g}"
-            if not math.isinf(reach.upper)
-            else "was not evaluated past it"
-        )
+        past = f"falls below it at {reach.upper:g}"
+        if reach.unscored is not None:
+            past = f"has no score at {reach.unscored} (its row there did not evaluate)"
+        elif math.isinf(reach.upper):
+            past = "was not evaluated past it"
         verdict.reason = (
             f"{term.name} seed {seed} reaches the threshold up to {reach.value or 'no length'} "
             f"and {past}: whether its effective length is {op} {number:g} depends on lengths "

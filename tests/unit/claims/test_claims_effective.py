@@ -148,3 +148,21 @@ def test_a_bad_effective_length_statement_is_one_line(cli, tmp_path, statement, 
     proc = cli("--config-dir", str(tmp_path / "conf"), "check", str(tmp_path / "results"))
     assert proc.returncode == 2 and text in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_length_that_failed_to_evaluate_is_not_read_as_a_low_score(cli, tmp_path):
+    """Out of memory at 4000: the effective length is 2000 but whether the model holds at 4000
+    is unknown, so '< 4000' is ?, not ✓."""
+    root = ruler_root(tmp_path / "results", {"llama": [[99.0, 99.0, 99.0]] * 3})
+    for run in (root / "pretrained").iterdir():
+        rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+        at = rows["eval_length"] == 4000
+        rows.loc[at, "status"], rows.loc[at, "reason"] = "failed", "CUDA out of memory"
+        rows.loc[at, "score"] = float("nan")
+        rows.to_csv(run / "eval.csv", index=False)
+    code, got = check(cli, tmp_path, {"short": "effective_length: llama < 4000"})
+    assert code == 3 and got["short"]["reason"] == (
+        "llama seed 0 reaches the threshold up to 2000 and has no score at 4000 (its row there "
+        "did not evaluate): whether its effective length is < 4000 depends on lengths not "
+        "evaluated; evaluate it at 4000"
+    )
