@@ -9,7 +9,8 @@ length, read from the report's own summary (``report.tables.summarize``), never 
 metric in the table's unit (exact match above chance where the task has a chance level), or its
 ``×r`` (that value over the same run's at its training length). Its seed values are the cells of
 ``posx report --by seed``; for ``mrr:`` a seed's value is the MRR of the ranking built from that
-seed's runs alone.
+seed's runs alone; for ``effective_length:`` it is the seed's RULER effective length
+(:mod:`posx.claims.effective`).
 
 **The rule.** A claim ``A op B [op C ...]`` is a chain of links ``A op B``. Per link:
 
@@ -45,6 +46,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from posx.claims.effective import measure_effective
 from posx.claims.language import ClaimsFile
 from posx.claims.measure import links, measure_mrr, measure_values
 from posx.claims.verdict import (
@@ -96,6 +98,8 @@ def check_claims(
             verdict.reason = empty
         elif claim.statement.mrr:
             measure_mrr(verdict, frame)
+        elif claim.statement.effective:
+            measure_effective(verdict, frame)
         else:
             measure_values(verdict, frame)
         if not verdict.reason:

@@ -20,7 +20,7 @@ that judge it says nothing), unless asked to include them.
 
 A statement is whitespace-separated tokens::
 
-    statement := ["mrr:"] term (op term)+ clause*
+    statement := ["mrr:" | "effective_length:"] term (op term)+ clause*
     term      := NUMBER | NAME ["×r" | "xr"] ["@" (Nx | N× | L=N)] [("+" | "-") NUMBER]
     op        := ">" | ">=" | "≥" | "<" | "<=" | "≤"
     clause    := "at" (Nx | N× | L=N) | "by" METRIC | "on" TASK
@@ -37,7 +37,10 @@ whether an extended model at 256 reaches its base's quality at 64: ``rope+pi+ft@
 at L=256 by bpb``; and it may carry a margin, ``A <= B + 0.1`` (A is at most 0.1 above B: the
 papers' "comparable"), applied to the mean and to each seed's value alike. ``mrr:`` compares mean
 reciprocal ranks across every task of the preset (``posx report``'s ranking, on the lengths past
-training), so it takes no ``at``, ``on`` or ``×r``.
+training), so it takes no ``at``, ``on`` or ``×r``. ``effective_length:`` compares RULER's
+effective lengths (the longest evaluated length whose ``ruler/average`` score, and every shorter
+one's, reaches the threshold the rows record): ``effective_length: llama+yarn×4 >= 4096``; it
+takes no ``at``, ``by``, ``×r`` or ``@`` (``on ruler`` may be said).
 
 Nothing here evaluates text or builds objects: a claims file is YAML of plain values, and a
 statement is split into tokens that must each fit the grammar.
@@ -64,9 +67,11 @@ TASK = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z0-9_]+)?")  # RULER's are rul
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RATIO_MARKS = ("×r", "xr")
 CLAUSES = ("at", "by", "on")
+EFFECTIVE = "effective_length:"
+EFFECTIVE_TASK = "ruler/average"  # the rows an effective length is read from
 GRAMMAR = (
-    "['mrr:'] TERM (OP TERM)+ ['at' Nx|L=N] ['by' METRIC] ['on' TASK], TERM = NUMBER or "
-    "NAME ['×r'] ['@Nx'|'@L=N'] ['+'|'-' NUMBER], OP one of > >= ≥ < <= ≤"
+    "['mrr:'|'effective_length:'] TERM (OP TERM)+ ['at' Nx|L=N] ['by' METRIC] ['on' TASK], "
+    "TERM = NUMBER or NAME ['×r'] ['@Nx'|'@L=N'] ['+'|'-' NUMBER], OP one of > >= ≥ < <= ≤"
 )
 
 
@@ -109,15 +114,19 @@ class Statement:
     length: int | None = None  # at L=N: an absolute eval length
     metric: str | None = None  # by METRIC (None: the report's metric for the task)
     task: str | None = None  # on TASK
+    effective: bool = False  # effective_length: RULER's effective lengths are compared
 
     @property
     def names(self) -> list[str]:
         return list(dict.fromkeys(t.name for t in self.terms if t.name is not None))
 
     def where(self) -> str:
-        """``at 4x`` / ``at L=256`` / ``past training`` (mrr)."""
+        """``at 4x`` / ``at L=256`` / ``past training`` (mrr) / ``over the lengths evaluated``
+        (effective length)."""
         if self.mrr:
             return "past training"
+        if self.effective:
+            return "over the lengths evaluated"
         return f"at {self.factor:g}x" if self.factor is not None else f"at L={self.length}"
 
 
@@ -171,11 +180,16 @@ def parse_statement(text: str, where: str = "statement") -> Statement:
 
     tokens = TOKEN.findall(text.strip())
     mrr = bool(tokens) and tokens[0].lower() in ("mrr:", "mrr")
-    if mrr:
+    effective = bool(tokens) and tokens[0].lower() == EFFECTIVE
+    if mrr or effective:
         tokens = tokens[1:]
     terms, ops, end = _comparison(tokens, bad)
     _check_comparison(terms, ops, bad)
     clauses = _clauses(tokens[end:], bad)
+    if effective:
+        _check_effective(clauses, terms, bad)
+        return Statement(text.strip(), tuple(terms), tuple(ops), task=EFFECTIVE_TASK,
+                         effective=True)  # fmt: skip
     factor, length = _at(clauses, bad)
     _check_clause_names(clauses, bad)
     _check_scope(mrr, clauses, terms, bad)
@@ -297,6 +311,19 @@ def _check_scope(mrr: bool, clauses: dict[str, str], terms: list[Term], bad: Bad
         )
     if not mrr and "at" not in clauses:
         raise bad("say at which length: 'at 4x' (times the training length) or 'at L=256'")
+
+
+def _check_effective(clauses: dict[str, str], terms: list[Term], bad: Bad) -> None:
+    """Refuses what an ``effective_length:`` statement cannot take: a length (it is read over
+    every length evaluated), a metric (RULER's average score decides), a task other than
+    RULER's, ``×r`` or a term's own length."""
+    if "at" in clauses or "by" in clauses or any(t.ratio or t.factor or t.length for t in terms):
+        raise bad(
+            "an effective_length: statement reads every length evaluated by RULER's average "
+            "score; no 'at', 'by', '×r' or '@'"
+        )
+    if clauses.get("on", "ruler") not in ("ruler", EFFECTIVE_TASK):
+        raise bad(f"an effective_length: statement is on ruler, not on {clauses['on']!r}")
 
 
 def _canonical(name: str) -> str:

@@ -40,7 +40,9 @@ def _number(value: float, digits: int) -> str:
 
 
 def measured_text(verdict: Verdict, digits: int = 3) -> str:
-    """``sinusoidal 2.310 ± 0.020; rope 1.950 ± 0.010`` (the claim's terms)."""
+    """``sinusoidal 2.310 ± 0.020; rope 1.950 ± 0.010`` (the claim's terms; effective lengths
+    in whole tokens)."""
+    digits = 0 if verdict.claim.statement.effective else digits
     parts = []
     for m in verdict.measured:
         spread = "" if math.isnan(m.std) else f" ± {_number(m.std, digits)}"
@@ -65,7 +67,7 @@ def statement_text(verdict: Verdict) -> str:
     ``nope >= rope at 2x (by exact_match)``, or ``by exact_match`` on parity shown as ``(by
     exact_match_above_chance)``, the unit the report's table (and so the claim) reads."""
     st = verdict.claim.statement
-    if not verdict.metric or verdict.metric == st.metric or (st.mrr and st.metric):
+    if not verdict.metric or verdict.metric == st.metric or (st.mrr and st.metric) or st.effective:
         return st.text
     return f"{st.text} (by {verdict.metric})"
 

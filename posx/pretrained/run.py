@@ -35,6 +35,7 @@ from posx.pretrained.text import held_out_bytes, tokenize_held_out
 from posx.pretrained.track import recorded_loggers, send_rows
 from posx.report.data import tokenizer_unit
 from posx.runtime.distributed import World, init_process_group, pick_device, world
+from posx.runtime.outcomes import together
 from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, write_json
 
 log = logging.getLogger(__name__)
@@ -170,21 +171,22 @@ def evaluate_pretrained(
     s, values = request.settings, request.values
     refuse_generation_with_self_extend(request)
     w = processes(request)
-    raw, corpus = held_out_bytes(
-        values["task.corpus"], float(values["task.val_fraction"]), values["task.max_bytes"],
-        values["task.val_corpus"],
-    )  # fmt: skip
-    loaded = load_for_eval(request)
-    label = model_label(loaded.source.name, values["label"])
-    run = request.run_dir or run_directory(request.root, label, loaded.source.revision)
-    text = tokenize_held_out(loaded.tokenizer, raw, corpus)
-    show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
-    ruler = None
-    if "ruler" in request.suites:
-        ruler = prepare_ruler(
-            loaded.tokenizer, loaded.source.name, loaded.info["tokenizer"]["sha256"], values,
-            s.lengths, request.root, text.text,
+    with together(w):  # a model that one process cannot load must not leave the others waiting
+        raw, corpus = held_out_bytes(
+            values["task.corpus"], float(values["task.val_fraction"]), values["task.max_bytes"],
+            values["task.val_corpus"],
         )  # fmt: skip
+        loaded = load_for_eval(request)
+        label = model_label(loaded.source.name, values["label"])
+        run = request.run_dir or run_directory(request.root, label, loaded.source.revision)
+        text = tokenize_held_out(loaded.tokenizer, raw, corpus)
+        ruler = None
+        if "ruler" in request.suites:
+            ruler = prepare_ruler(
+                loaded.tokenizer, loaded.source.name, loaded.info["tokenizer"]["sha256"], values,
+                s.lengths, request.root, text.text,
+            )  # fmt: skip
+    show = (lambda task: lambda row: on_row(task, row)) if on_row else (lambda task: None)  # noqa: E731
     rows, buckets = [], []
     said: list[dict[str, Any]] = []
     with heap_frozen():  # each length collects garbage first: only what the sweep made
@@ -205,7 +207,7 @@ def evaluate_pretrained(
             found, said = run_ruler(
                 loaded.model, ruler, values, s.variants, loaded.trained, loaded.device,
                 s.batch_tokens, (lambda r: on_row(r["task"], r)) if on_row else None,
-                rank=w.rank, size=w.size,
+                w=w,
             )  # fmt: skip
             rows += found
     info = {**_run_json(run, label, loaded, text.describe, values), **request.record}

@@ -78,11 +78,15 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
         "  - id: some\n    table: t\n"
         "    statement: llama >= 0 at L=1000 by score on ruler/average\n"
         "  - id: all\n    table: t\n    statement: llama >= 99 at L=1000 by score on ruler/vt\n"
+        "  - id: short\n    table: t\n    statement: 'effective_length: llama < 1000'\n"
     )
     check = cli("--config-dir", str(conf), "check", str(root), "--min-seeds", "1", "--format",
                 "json")  # fmt: skip
-    verdicts = {c["claim"]: c["verdict"] for c in json.loads(check.stdout)["claims"]}
-    assert verdicts == {"some": "holds", "all": "fails"}, check.stdout + check.stderr
+    claims = json.loads(check.stdout)["claims"]
+    verdicts = {c["claim"]: c["verdict"] for c in claims}
+    assert verdicts == {"some": "holds", "all": "fails", "short": "holds"}, check.stdout
+    # read at the threshold the rows record (no note that it was assumed)
+    assert not next(c for c in claims if c["claim"] == "short")["notes"]
     report = cli("report", "--root", str(root), "--threshold", "0")
     assert report.returncode == 0, report.stderr
     assert "RULER llama: score in percent" in report.stdout
@@ -195,6 +199,38 @@ def test_two_processes_give_the_rows_of_one(models, tmp_path):
     pd.testing.assert_frame_equal(tables[1][0], tables[2][0])
     pd.testing.assert_frame_equal(tables[1][1], tables[2][1])
     assert len(tables[2][1]) == 2 * 2 * 3
+
+
+@pytest.mark.slow
+def test_one_process_failing_fails_the_rows_in_every_process(models, tmp_path):
+    """torchrun --nproc_per_node 2 on gloo, rank 1's generation out of memory: both processes
+    finish within the timeout (before, rank 1 skipped the gather and rank 0 waited in it), and
+    rank 0 writes each task's ``failed`` row naming rank 1, as one process writes its own
+    failure."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "POSX_DEBUG": "0",
+           "HF_HUB_OFFLINE": "1", "POSX_TEST_FAIL_RANK": "1"}  # fmt: skip
+    root = tmp_path / "r"
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+              str(REPO / "tests" / "integration" / "failing_rank.py")]  # fmt: skip
+    args = ["eval", f"hf:{models / 'llama'}", "--suite", "ruler", "--lengths", "1000",
+            f"task.corpus={models / 'corpus.txt'}", "ruler.tasks=niah_single_1,vt",
+            "ruler.samples=2", "--no-progress", "--root", str(root)]  # fmt: skip
+    proc = subprocess.run([sys.executable, *launch, *args], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = (root / "pretrained").iterdir()
+    rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
+    assert list(rows["task"]) == ["ruler/niah_single_1", "ruler/vt", "ruler/average"]
+    assert set(rows["status"]) == {"failed"}
+    reason = "rank 1 of 2 failed: RuntimeError: CUDA out of memory (made by the test)"
+    assert list(rows["reason"])[:2] == [reason, reason]
+    assert not (run / "ruler_generations.csv").exists()
 
 
 def test_several_processes_refuse_what_they_cannot_share(cli, models, tmp_path, monkeypatch):

@@ -41,7 +41,8 @@ from posx.pretrained.scaling import (
     rotary_modules,
     saved_scaling,
 )
-from posx.runtime.distributed import World, broadcast_from_main
+from posx.runtime.distributed import World
+from posx.runtime.outcomes import from_main
 
 STATE_FILE = "longrope_search.json"
 # longrope.* settings of posx extend hf: and the search's field each sets
@@ -173,8 +174,8 @@ def search_factors(
         best's, the candidates evaluated).
     """
     v = plan.values
-    summary = ""
-    if world.is_main:
+
+    def searched() -> str:  # rank 0's; its error is raised on every rank, not waited on
         settings = search_settings(v)
         windows = search_windows(ids, plan.length, int(v.get("longrope.windows") or 2))
         dtype = torch.bfloat16 if plan.bf16 else torch.float32
@@ -191,12 +192,13 @@ def search_factors(
         )
         found = search.run()
         del model
-        summary = json.dumps({
+        return json.dumps({
             "factors": found.factors, "perplexity": found.fitness, "starts": found.starts,
             "evaluated": found.evaluated, "search_windows": int(windows.shape[0]),
             "search_tokens": int(windows.numel()), "settings": dataclasses.asdict(settings),
         })  # fmt: skip
-    record = json.loads(broadcast_from_main(summary, world))
+
+    record = json.loads(from_main(searched, world))
     base = rope_parameters(load.load_config(plan.source, plan.trust)) or {}
     plan.config.rope_parameters = longrope_parameters(
         base, record["factors"], plan.trained, plan.length

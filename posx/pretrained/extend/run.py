@@ -48,6 +48,7 @@ from posx.pretrained.request import DEFAULTS, Request, check_values
 from posx.pretrained.run import evaluate_pretrained, tokenizer_identity
 from posx.pretrained.scaling import rope_parameters
 from posx.runtime.distributed import World, barrier, init_process_group
+from posx.runtime.outcomes import together
 from posx.storage.results import SCHEMA_VERSION, check_writable, write_csv, write_json
 
 MODEL_DIR = "model"
@@ -71,13 +72,15 @@ def extend_pretrained(plan: Plan, say: Say) -> Path:
             the plan does not fit.
     """
     run = run_directory(plan)
-    if (run / "run.json").is_file():
-        done = (run / MODEL_DIR).is_dir()
-        verb = "evaluate it with posx eval" if done else "continue it: posx resume"
-        raise ConfigError(f"this extension exists already: {run}; {verb} {run}")
-    check_fits(plan)
-    check_writable(Path(str(plan.values["root"])))
-    barrier(plan.world)  # every process has looked before rank 0 writes
+    # every process has looked before rank 0 writes, and a refusal in one (its own GPU's
+    # memory) is every one's, not a wait for ever in the next collective
+    with together(plan.world):
+        if (run / "run.json").is_file():
+            done = (run / MODEL_DIR).is_dir()
+            verb = "evaluate it with posx eval" if done else "continue it: posx resume"
+            raise ConfigError(f"this extension exists already: {run}; {verb} {run}")
+        check_fits(plan)
+        check_writable(Path(str(plan.values["root"])))
     return _carry_out(plan, run, say)
 
 
@@ -97,7 +100,8 @@ def resume_pretrained(run: Path, info: dict[str, Any], options: Options, say: Sa
             f"the base model {plan.source.name} changed since {run} started (revision "
             f"{plan.source.revision[:16]}, was {str(parent.get('revision'))[:16]}); extend it again"
         )
-    check_fits(plan)
+    with together(plan.world):  # one GPU's refusal is every process's
+        check_fits(plan)
     return _carry_out(plan, run, say, resume=True)
 
 
@@ -111,16 +115,17 @@ def _budget(plan: Plan) -> Budget:
 
 def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
     world, v = plan.world, plan.values
-    tokenizer = load.load_tokenizer(plan.source, plan.trust)
-    raw, corpus = held_in_bytes(v["task.corpus"], float(v["task.val_fraction"]),
-                                v["task.max_bytes"], v["task.val_corpus"])  # fmt: skip
-    text = tokenize_held_in(tokenizer, raw, corpus)
-    budget = _budget(plan)
-    text.window_count(plan.window)
-    record = _record(plan, run, text.describe, parent_key(plan, tokenizer))
-    if world.is_main:
-        run.mkdir(parents=True, exist_ok=True)
-        write_json(run / "run.json", {**record, "status": "running", "step": 0})
+    with together(world):  # the search or the engine's broadcast is next: no rank left waiting
+        tokenizer = load.load_tokenizer(plan.source, plan.trust)
+        raw, corpus = held_in_bytes(v["task.corpus"], float(v["task.val_fraction"]),
+                                    v["task.max_bytes"], v["task.val_corpus"])  # fmt: skip
+        text = tokenize_held_in(tokenizer, raw, corpus)
+        budget = _budget(plan)
+        text.window_count(plan.window)
+        record = _record(plan, run, text.describe, parent_key(plan, tokenizer))
+        if world.is_main:
+            run.mkdir(parents=True, exist_ok=True)
+            write_json(run / "run.json", {**record, "status": "running", "step": 0})
     record = _search_first(plan, text, run, say, tokenizer, record)
     found = latest_state(run / STATE_DIR) if resume else None
     try:
@@ -162,14 +167,15 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
             f"{run}"
         ) from None
     model, weights = _trained_model(plan, engine, run)
-    if world.is_main:
-        save_model(model, weights, run / MODEL_DIR, _saved_dtype(plan.source))
-        tokenizer.save_pretrained(run / MODEL_DIR)
-        write_csv(run / "metrics.csv", pd.DataFrame(rows))
-        done = {**record, "status": "extended", "step": budget.steps,
-                "final_loss": rows[-1]["loss"] if rows else None}  # fmt: skip
-        write_json(run / "run.json", done)
-        shutil.rmtree(run / STATE_DIR, ignore_errors=True)
+    with together(world):  # rank 0's failed save is every process's error, not a wait
+        if world.is_main:
+            save_model(model, weights, run / MODEL_DIR, _saved_dtype(plan.source))
+            tokenizer.save_pretrained(run / MODEL_DIR)
+            write_csv(run / "metrics.csv", pd.DataFrame(rows))
+            done = {**record, "status": "extended", "step": budget.steps,
+                    "final_loss": rows[-1]["loss"] if rows else None}  # fmt: skip
+            write_json(run / "run.json", done)
+            shutil.rmtree(run / STATE_DIR, ignore_errors=True)
     _leave(world)
     return run
 
@@ -184,8 +190,9 @@ def _search_first(
     found = search_factors(plan, text.ids, run, say, plan.world)
     record = _record(plan, run, text.describe, parent_key(plan, tokenizer))
     record["extension"]["longrope"] = found
-    if plan.world.is_main:
-        write_json(run / "run.json", {**record, "status": "running", "step": 0})
+    with together(plan.world):  # the engine's broadcast is next
+        if plan.world.is_main:
+            write_json(run / "run.json", {**record, "status": "running", "step": 0})
     return record
 
 

@@ -35,6 +35,7 @@ from posx.errors import PosxError, one_line
 from posx.pretrained.extend.data import TrainingText, positions
 from posx.pretrained.extend.engine import Engine
 from posx.runtime.distributed import barrier, mean_over_ranks
+from posx.runtime.outcomes import together
 from posx.storage.atomic import atomic_write
 from posx.training.resume import StopOnInterrupt
 
@@ -182,18 +183,19 @@ def save_state(
     older ones."""
     model, optim = get_state_dict(engine.loss, optimizer)
     target = state_dir / f"step_{step:08d}"
-    if engine.world.is_main and target.exists():
-        shutil.rmtree(target)
-    barrier(engine.world)
+    # rank 0's file work between the collectives: its error is every process's, not a wait
+    with together(engine.world):
+        if engine.world.is_main and target.exists():
+            shutil.rmtree(target)
     with _one_process_quietly():
         dcp.save({"model": model, "optim": optim}, checkpoint_id=str(target))
     barrier(engine.world)
-    if engine.world.is_main:
-        atomic_write(target / TRAINER, json.dumps({"step": step, "rows": rows}))
-        for old in state_dir.glob("step_*"):
-            if old != target:
-                shutil.rmtree(old, ignore_errors=True)
-    barrier(engine.world)
+    with together(engine.world):
+        if engine.world.is_main:
+            atomic_write(target / TRAINER, json.dumps({"step": step, "rows": rows}))
+            for old in state_dir.glob("step_*"):
+                if old != target:
+                    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager

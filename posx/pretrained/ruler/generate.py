@@ -16,6 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posx.runtime.distributed import World
+from posx.runtime.outcomes import gather_outcomes
+
 Generate = Callable[[Sequence[Sequence[int]], int], list[list[int]]]
 
 
@@ -117,21 +120,25 @@ def greedy(
     return run
 
 
-def sharded(generate: Generate, rank: int, size: int) -> Generate:
-    """``generate`` split over ``size`` processes (``torchrun``): this one answers prompts
-    ``rank, rank + size, ...`` and every process gets every answer back (``all_gather_object``),
-    so all of them score the same samples; greedy answers do not depend on the split."""
-    if size <= 1:
+def sharded(generate: Generate, w: World) -> Generate:
+    """``generate`` split over the processes of ``w`` (``torchrun``): this one answers prompts
+    ``rank, rank + size, ...`` and every process gets every answer back, so all of them score
+    the same samples; greedy answers do not depend on the split. An error in one process's
+    part (out of memory) is raised in every process, named in the others
+    (:func:`~posx.runtime.outcomes.gather_outcomes`), so all of them fail the same task and
+    meet at the next one's gather."""
+    if not w.distributed:
         return generate
-    import torch.distributed as dist
 
     def run(prompts: Sequence[Sequence[int]], budget: int) -> list[list[int]]:
-        mine = list(range(rank, len(prompts), size))
-        said = generate([prompts[i] for i in mine], budget) if mine else []
-        gathered: list[Any] = [None] * size
-        dist.all_gather_object(gathered, list(zip(mine, said, strict=True)))
+        mine = list(range(w.rank, len(prompts), w.size))
+
+        def answer() -> list[tuple[int, list[int]]]:
+            said = generate([prompts[i] for i in mine], budget) if mine else []
+            return list(zip(mine, said, strict=True))
+
         out: list[list[int]] = [[] for _ in prompts]
-        for part in gathered:
+        for part in gather_outcomes(answer, w):
             for i, new in part:
                 out[i] = new
         return out

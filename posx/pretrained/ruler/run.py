@@ -18,6 +18,8 @@ from posx.pretrained.ruler.generate import Generate, greedy, sharded
 from posx.pretrained.ruler.prompts import Prepared, Prompter, prepare
 from posx.pretrained.ruler.suite import RulerSettings, evaluate_ruler
 from posx.pretrained.scaling import Variant
+from posx.runtime.distributed import World
+from posx.runtime.outcomes import together
 
 GENERATIONS = "ruler_generations.csv"
 GENERATION_KEYS = ["task", "eval_length", "overrides"]
@@ -86,8 +88,7 @@ def run_ruler(
     batch_tokens: int,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     generate: Generate | None = None,
-    rank: int = 0,
-    size: int = 1,
+    w: World | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Writes the sample cache (the first process), then generates and scores every task,
     length and variant, the prompts shared among ``size`` processes under ``torchrun``.
@@ -102,16 +103,17 @@ def run_ruler(
         batch_tokens: Tokens per generation batch (``eval.batch_tokens``).
         on_row: Called with each finished row.
         generate: Stands in for the model's greedy generation (tests).
-        rank: This process's rank under ``torchrun``.
-        size: How many processes share the prompts.
+        w: The processes that share the prompts under ``torchrun`` (None: one).
 
     Returns:
         The ``eval.csv`` rows and the generation rows.
     """
     prompter, prepared = ready
-    if rank == 0:
-        prepared.write_cache()
-    gen = sharded(generate or greedy(model, prompter.tokenizer, device, batch_tokens), rank, size)
+    w = w or World()
+    with together(w):  # the first gather is next: rank 0's failed write must not hang it
+        if w.is_main:
+            prepared.write_cache()
+    gen = sharded(generate or greedy(model, prompter.tokenizer, device, batch_tokens), w)
     return evaluate_ruler(
         model, prompter, prepared, ruler_settings(values), variants, trained, device, gen, on_row
     )

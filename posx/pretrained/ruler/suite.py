@@ -121,7 +121,7 @@ def evaluate_ruler(
             for row in group:
                 if row["status"] == "ok":
                     row["peak_mem_mb"] = mem.peak_mb
-            rows += group + [_average(group, length, variant, params)]
+            rows += group + [_average(group, length, variant, params, settings.threshold)]
             if on_row is not None:
                 on_row(rows[-1])
         scaler.apply(Variant())
@@ -199,10 +199,11 @@ def _score_task(
 
 
 def _average(
-    group: list[dict[str, Any]], length: int, variant: Variant, params: Any
+    group: list[dict[str, Any]], length: int, variant: Variant, params: Any, threshold: float
 ) -> dict[str, Any]:
     row = _row("average", length, variant, params)
-    row["task"] = AVERAGE
+    # the effective length's threshold, as evaluated: what `posx check` judges it at
+    row.update(task=AVERAGE, threshold=threshold)
     done = [r for r in group if r["status"] == "ok"]
     if len(done) < len(group):
         bad = next(r for r in group if r["status"] != "ok")

@@ -118,6 +118,8 @@ def test_a_model_that_reads_the_prompt_scores_100_and_a_silent_one_0(tiny_dir):
     assert all(r["samples"] == 3 and r["score_low"] < 100 == r["score_high"] for r in rows
                if r["task"] != "ruler/average")  # fmt: skip
     assert len(said) == 2 * 11 * 3 and all(s["score"] == 1.0 for s in said)
+    # the average row records the threshold its effective length is read at (posx check)
+    assert {r.get("threshold") for r in rows if r["task"] == "ruler/average"} == {85.6}
     for r in rows:  # per depth: the needle tasks' samples, all right
         name = r["task"].split("/")[1]
         if name.startswith("niah") or name == "vt":
