@@ -71,8 +71,9 @@ NOT_IDENTITY: dict[str, str] = {
     "extend.parent": "where the parent run is (its identity is extend.parent_fingerprint)",
     "extend.parent_sha256": "which replicate of the parent: one per seed (recorded in run.json)",
     "extend.parent_step": "the parent's last step (its train.steps, in its fingerprint)",
-    "extend.longrope": "LongRoPE's search settings: what they change, the factors, is in the "
-    "identity as encoding.scaling.factors",
+    # Unless the launch's search found the factors (extend.longrope.searched: SEARCH_OUTPUTS).
+    "extend.longrope": "LongRoPE's search settings of a run whose factors were set by hand: "
+    "they are in the identity as encoding.scaling.factors",
     "train.device": "where it ran (recorded per eval row as `device`); what it changes, the "
     "precision `auto` resolves to, is in the identity as train.precision and eval.precision",
     "train.threads": "CPU threads",
@@ -104,6 +105,17 @@ NOT_IDENTITY: dict[str, str] = {
     "tests/unit/training/test_identity_keys.py::test_max_memory_does_not_change_a_run",
     "train.compile": "torch.compile of the same computation: "
     "tests/unit/training/test_train_precision.py::test_compiled_training_matches_eager",
+}
+
+# A run whose LongRoPE factors `posx extend` searched (its extend.longrope.searched, set by the
+# launch alongside the factors): the search's settings (extend.longrope) are its identity, and
+# what the search found is an output of each replicate, as its weights are (each seed's parent
+# finds its own factors). They stay in its config and in run.json's extension.encoding.
+SEARCHED = "extend.longrope.searched"
+SEARCH_SETTINGS = "extend.longrope"
+SEARCH_OUTPUTS: dict[str, str] = {
+    "encoding.scaling.factors": "found by the search on each replicate's parent (its settings, "
+    "extend.longrope, are the identity)",
 }
 
 
@@ -170,7 +182,9 @@ def _known_precision(flat: Mapping[str, Scalar]) -> Scalar:
 
 def identity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Scalar]:
     """:func:`flat_config` without the keys that do not identify an experiment, with
-    ``train.precision=auto`` resolved where an explicit ``train.device`` decides it."""
+    ``train.precision=auto`` resolved where an explicit ``train.device`` decides it; for an
+    extension whose LongRoPE factors were searched (:data:`SEARCHED`), the search's settings
+    in place of the factors it found (:data:`SEARCH_OUTPUTS`)."""
     flat = flat_config(cfg)
     if flat.get("extend.parent") is None:  # trained from scratch: as before extensions existed
         flat = {k: v for k, v in flat.items() if not k.startswith("extend.")}
@@ -179,6 +193,13 @@ def identity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Scalar]:
             flat.pop(key, None)
     if "train.precision" in flat:
         flat["train.precision"] = _known_precision(flat)
+    if flat.get("extend.parent") is not None and flat.get(SEARCHED) is True:
+        return {
+            k: v
+            for k, v in flat.items()
+            if (is_identity_key(k) or at_or_below(k, (SEARCH_SETTINGS,)))
+            and not at_or_below(k, SEARCH_OUTPUTS)
+        }
     return {k: v for k, v in flat.items() if is_identity_key(k)}
 
 

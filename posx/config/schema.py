@@ -94,6 +94,10 @@ class LongRopeSearchConfig:
     step: float = 0.01
     seed: int = 0
     windows: int = 2
+    # Set by posx extend (never by hand) on a launch whose encoding.scaling.factors the search
+    # found: the factors are then an output of each replicate, and these settings, not the
+    # factors, are the run's identity (posx/config/fingerprint.py).
+    searched: bool = False
 
 
 @dataclass

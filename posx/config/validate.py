@@ -65,6 +65,7 @@ def validate(cfg: DictConfig) -> None:
     _check_execution(cfg.model, cfg.train, cfg.eval)
     _check_eval(cfg.eval, cfg.train.length)
     _check_names(cfg)
+    _check_search_record(cfg)
     _check_targets(cfg)
 
 
@@ -136,6 +137,26 @@ def _check_names(cfg: DictConfig) -> None:
         raise ConfigError(
             f"label must be letters, digits, '_', '.' or '-' (it names directories), "
             f"got {cfg.label!r}"
+        )
+
+
+def _check_search_record(cfg: DictConfig) -> None:
+    """``extend.longrope.searched`` says that ``posx extend`` found an extension's factors (its
+    identity then holds the search's settings, not the factors): refused on any other run, where
+    it would hide hand-set factors from the identity."""
+    if not OmegaConf.select(cfg, "extend.longrope.searched", default=False):
+        return
+    scaling = OmegaConf.select(cfg, "encoding.scaling")
+    found = (
+        isinstance(scaling, DictConfig)
+        and scaling.get("type") == "longrope"
+        and bool(scaling.get("factors"))
+    )
+    if not OmegaConf.select(cfg, "extend.parent", default=None) or not found:
+        raise ConfigError(
+            "extend.longrope.searched is set by posx extend RUN extension=longrope alongside the "
+            "factors its search found; leave it unset (hand-set encoding.scaling.factors stay "
+            "in the run's identity)"
         )
 
 

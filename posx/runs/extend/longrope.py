@@ -11,7 +11,9 @@ results root the extension is written under (never in the parent's directory), s
 interrupted one goes on when the same command is run again; the factors found become the
 launch's override
 ``+encoding.scaling.factors=[...]``, so the extension's config holds them and the trainer never
-asks which method it runs.
+asks which method it runs; with it, ``extend.longrope.searched=true`` records that they were
+found here: an output of each replicate (each seed's parent finds its own), so the run's
+identity holds the search's settings instead (:func:`posx.config.fingerprint.identity_config`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from posx.training.losses import masked_loss
 STATE_DIR = ".longrope_search"
 GROUP = "extension"
 FACTORS = "+encoding.scaling.factors"
+# Set with the factors: they were found here, so the run's identity is the search's settings
+# (each seed's parent finds its own factors), not the factors (posx/config/fingerprint.py).
+SEARCHED = "extend.longrope.searched"
 
 
 def searches(method: str, dirs: Sequence[Path]) -> bool:
@@ -60,6 +65,7 @@ def wants_search(cfg: DictConfig) -> bool:
 def _settings(cfg: DictConfig) -> tuple[SearchSettings, int]:
     node = OmegaConf.to_container(cfg.extend.longrope, resolve=True)
     windows = int(node.pop("windows"))
+    node.pop("searched", None)  # a record of the launch, not a size of the search
     settings = SearchSettings(**node)
     settings.check()
     if windows < 1:
@@ -81,7 +87,7 @@ def search_overrides(
     dirs: Sequence[Path],
     say: Callable[[str], None],
 ) -> list[str]:
-    """The override carrying the factors searched for the launch ``overrides`` of ``run``
+    """The overrides carrying the factors searched for the launch ``overrides`` of ``run``
     (``[]`` when its config ``cfg`` does not ask for a search).
 
     Raises:
@@ -133,4 +139,4 @@ def search_overrides(
         f"longrope: {run.name} at {length}: perplexity {found.fitness:.4f} on the search "
         f"batches (starts: {', '.join(f'{k} {v:.4f}' for k, v in found.starts.items())})"
     )
-    return [f"{FACTORS}=[{','.join(map(repr, found.factors))}]"]
+    return [f"{FACTORS}=[{','.join(map(repr, found.factors))}]", f"{SEARCHED}=true"]

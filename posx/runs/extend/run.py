@@ -48,7 +48,8 @@ from posx.saved import SavedRun
 # What `posx extend` sets itself (the user's choice among them: extend.resize).
 OWN_KEYS = ("extend.parent", "extend.parent_sha256", "extend.parent_fingerprint",
             "extend.parent_label", "extend.parent_step", "extend.base_length",
-            "extend.parent_length", "extend.base_factor")  # fmt: skip
+            "extend.parent_length", "extend.base_factor",
+            "extend.longrope.searched")  # fmt: skip
 RESIZE = ("none", "interpolate", "copy")
 
 

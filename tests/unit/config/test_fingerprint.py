@@ -125,7 +125,7 @@ def test_identity_leaves_out_exactly_the_listed_keys():
         "extend.parent_length", "extend.base_factor", "extend.longrope.population",
         "extend.longrope.parents", "extend.longrope.mutations", "extend.longrope.crossovers",
         "extend.longrope.iterations", "extend.longrope.step", "extend.longrope.seed",
-        "extend.longrope.windows",
+        "extend.longrope.windows", "extend.longrope.searched",
     }  # fmt: skip
     flat, keys = flat_config(nested), identity_config(nested)
     assert left_out <= set(flat)  # every one of them is really there to be left out

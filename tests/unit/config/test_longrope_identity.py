@@ -1,0 +1,78 @@
+"""Issue 56: LongRoPE factors that ``posx extend`` searched are an output of each replicate (each
+seed's parent finds its own), so its identity holds the search's settings, not the factors;
+factors set by hand (``posx train``, an extension given them) stay in the identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from posx.config.compose import compose
+from posx.config.fingerprint import config_fingerprint, identity_config
+from tests.conftest import TINY
+from tests.integration.test_cli_errors import assert_one_line_error
+from tests.unit.config.test_fingerprint import changed
+
+FACTORS = ([1.0, 2.0, 4.0, 4.0], [1.5, 3.0, 3.5, 4.0])
+
+
+def _extension(factors: list[float], searched: bool, **more) -> dict:
+    return changed(
+        extend__parent="results/runs/base_s0",
+        extend__parent_fingerprint="abc",
+        extend__length=64,
+        encoding__scaling={"type": "longrope", "factor": 4.0, "factors": factors},
+        extend__longrope__searched=searched,
+        **more,
+    )
+
+
+def test_searched_factors_are_an_output_and_the_search_settings_the_identity():
+    one, two = (_extension(f, searched=True) for f in FACTORS)
+    assert config_fingerprint(one) == config_fingerprint(two)
+    ident = identity_config(one)
+    assert "encoding.scaling.factors" not in ident
+    assert ident["extend.longrope.population"] == 8 and ident["extend.longrope.seed"] == 0
+    other = _extension(FACTORS[0], searched=True, extend__longrope__iterations=9)
+    assert config_fingerprint(other) != config_fingerprint(one)
+
+
+def test_factors_given_to_an_extension_by_hand_stay_in_its_identity():
+    one, two = (_extension(f, searched=False) for f in FACTORS)
+    assert config_fingerprint(one) != config_fingerprint(two)
+    assert "encoding.scaling.factors" in identity_config(one)
+    assert not any(k.startswith("extend.longrope") for k in identity_config(one))
+
+
+def test_hand_set_factors_of_a_trained_run_stay_in_its_identity(tmp_path):
+    prints = {
+        config_fingerprint(
+            compose(
+                [
+                    *TINY,
+                    f"root={tmp_path}",
+                    "encoding.scaling.type=longrope",
+                    "encoding.scaling.factor=4",
+                    f"+encoding.scaling.factors=[{','.join(map(str, f))}]",
+                ]
+            )  # fmt: skip
+        )
+        for f in FACTORS
+    }
+    assert len(prints) == 2
+
+
+@pytest.mark.parametrize("scaling", [[], ["encoding.scaling.type=longrope",
+                                          "+encoding.scaling.factors=[1,2,4,4]"]])  # fmt: skip
+def test_posx_train_refuses_the_search_record(cli, tmp_path, scaling):
+    proc = cli("train", *TINY, f"root={tmp_path}", "train.steps=1", *scaling,
+               "extend.longrope.searched=true")  # fmt: skip
+    assert_one_line_error(proc, 2, "extend.longrope.searched is set by posx extend")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_posx_extend_refuses_the_search_record(cli, copy_run, tmp_path):
+    parent = copy_run()
+    proc = cli("extend", str(parent), "extension=longrope", "extend.longrope.searched=true",
+               f"root={tmp_path / 'out'}")  # fmt: skip
+    assert_one_line_error(proc, 2, "posx extend sets extend.longrope.searched itself")
+    assert not (tmp_path / "out").exists()
