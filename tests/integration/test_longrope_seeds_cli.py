@@ -58,3 +58,22 @@ def test_three_seeds_with_their_own_factors_are_one_configuration(cli, tmp_path)
     assert re.search(rf"{re.escape(LABEL)} < rope: [0-3]/3", check.stdout), (
         check.stdout + check.stderr
     )
+
+
+@pytest.mark.slow
+def test_an_extension_of_a_searched_extension_does_not_inherit_its_factors(cli, copy_run, tmp_path):
+    root = tmp_path / "out"
+    done = cli("extend", str(copy_run()), *SEARCH, f"root={root}")
+    assert done.returncode == 0, done.stderr
+    (searched,) = _extensions(root)
+    for method, more in (("yarn", []), ("longrope", SEARCH[1:])):
+        out = tmp_path / method
+        done = cli("extend", str(searched), f"extension={method}", "extend.steps=2",
+                   "extend.warmup_steps=1", *more, "eval.lengths=[256]", f"root={out}")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        (child,) = [p.parent for p in out.rglob("run.json")]
+        cfg = OmegaConf.load(child / ".hydra" / "config.yaml")
+        # yarn has no factors; LongRoPE searches its own at the child's length
+        assert bool(cfg.encoding.scaling.get("factors")) == (method == "longrope")
+        assert cfg.extend.longrope.searched == (method == "longrope")
+        assert ("longrope search iteration" in done.stderr) == (method == "longrope")

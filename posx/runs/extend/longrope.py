@@ -28,6 +28,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from posx.config.build import build_model, build_task, model_dims
+from posx.config.keys import override_key
 from posx.config.paths import options
 from posx.config.validate import validate
 from posx.errors import ConfigError
@@ -50,6 +51,17 @@ def searches(method: str, dirs: Sequence[Path]) -> bool:
         return False
     node = OmegaConf.load(found)
     return OmegaConf.select(node, "encoding.scaling.type", default=None) == "longrope"
+
+
+def searched_keys(overrides: Sequence[str]) -> set[str]:
+    """The keys of a parent's ``overrides`` that are its own search's output (the factors and
+    its record, when its launch searched them): no extension of it inherits them (its LongRoPE
+    searches again at its own length; another method has no factors)."""
+    found = any(
+        override_key(o) == SEARCHED and o.split("=", 1)[1].strip().lower() == "true"
+        for o in overrides
+    )
+    return {SEARCHED, override_key(FACTORS)} if found else set()
 
 
 def wants_search(cfg: DictConfig) -> bool:

@@ -25,7 +25,7 @@ from posx.config.keys import at_or_below, override_key
 from posx.config.paths import user_config_dirs
 from posx.errors import ConfigError, Interrupted, PosxError, PosxWarning
 from posx.runs.extend.length import PARENT_ONLY, Lengths, launch_lengths
-from posx.runs.extend.longrope import search_overrides, searches, wants_search
+from posx.runs.extend.longrope import search_overrides, searched_keys, searches, wants_search
 from posx.runs.extend.methods import (
     GROUP,
     TARGET,
@@ -82,8 +82,9 @@ def _kept(
 ) -> list[str]:
     """The parent's overrides that none of the user's replaces: not the same key, nor a key
     set by the yaml of one of ``methods`` (the method's settings come before the parent's
-    command line), nor how the parent itself was extended (its factor and length)."""
-    keys = {override_key(o) for o in user} | set(PARENT_ONLY)
+    command line), nor how the parent itself was extended (its factor and length, the
+    LongRoPE factors its search found)."""
+    keys = {override_key(o) for o in user} | set(PARENT_ONLY) | searched_keys(parent["overrides"])
     for name in methods:
         keys |= method_keys(name, dirs)
     return [o for o in parent["overrides"] if not _set_by(override_key(o), keys)]
