@@ -15,6 +15,10 @@ CUDA, fp32 elsewhere: the config's ``train.precision`` and ``eval.precision`` be
 what identifies the data it read (``data.*``: the corpus's checksum and sizes, the BPE's hash:
 ``corpus: stdlib`` is the running Python's sources, a file or a dataset can change). A run that
 recorded neither (trained before posx recorded them) keeps the identity of its config alone.
+
+One output is in a config: the LongRoPE factors that ``posx extend`` searched on each parent
+(recorded by ``extend.longrope.searched``). Such a run is identified by the search's settings,
+not by the factors it found (:data:`SEARCH_OUTPUTS`); factors set by hand stay a setting.
 """
 
 from __future__ import annotations

@@ -76,3 +76,19 @@ def test_posx_extend_refuses_the_search_record(cli, copy_run, tmp_path):
                f"root={tmp_path / 'out'}")  # fmt: skip
     assert_one_line_error(proc, 2, "posx extend sets extend.longrope.searched itself")
     assert not (tmp_path / "out").exists()
+
+
+def test_hf_longrope_extensions_are_one_configuration_over_seeds():
+    """``posx extend hf:`` names the configuration by its settings (the search's among them);
+    the factors found go to the model's rope_parameters and run.json, never into it."""
+    from posx.pretrained.extend.preview import fingerprint
+    from posx.pretrained.extend.settings import parse_settings
+
+    def of(*words: str) -> str:
+        return fingerprint("rev", parse_settings(["extension=longrope", *words]))
+
+    assert of("seed=1") == of("seed=2")
+    assert of("longrope.iterations=5") != of("longrope.iterations=6")
+    assert not any(
+        "factor" in k and "longrope" in k for k in parse_settings(["extension=longrope"])
+    )
