@@ -53,15 +53,13 @@ def searches(method: str, dirs: Sequence[Path]) -> bool:
     return OmegaConf.select(node, "encoding.scaling.type", default=None) == "longrope"
 
 
-def searched_keys(overrides: Sequence[str]) -> set[str]:
-    """The keys of a parent's ``overrides`` that are its own search's output (the factors and
+def searched_keys(parent: DictConfig) -> set[str]:
+    """The keys of the ``parent``'s overrides that are its own search's output (the factors and
     its record, when its launch searched them): no extension of it inherits them (its LongRoPE
     searches again at its own length; another method has no factors)."""
-    found = any(
-        override_key(o) == SEARCHED and o.split("=", 1)[1].strip().lower() == "true"
-        for o in overrides
-    )
-    return {SEARCHED, override_key(FACTORS)} if found else set()
+    if OmegaConf.select(parent, SEARCHED, default=False) is True:
+        return {SEARCHED, override_key(FACTORS)}
+    return set()
 
 
 def wants_search(cfg: DictConfig) -> bool:

@@ -84,7 +84,7 @@ def _kept(
     set by the yaml of one of ``methods`` (the method's settings come before the parent's
     command line), nor how the parent itself was extended (its factor and length, the
     LongRoPE factors its search found)."""
-    keys = {override_key(o) for o in user} | set(PARENT_ONLY) | searched_keys(parent["overrides"])
+    keys = {override_key(o) for o in user} | set(PARENT_ONLY) | searched_keys(parent["cfg"])
     for name in methods:
         keys |= method_keys(name, dirs)
     return [o for o in parent["overrides"] if not _set_by(override_key(o), keys)]
