@@ -4,26 +4,32 @@ factors set by hand (``posx train``, an extension given them) stay in the identi
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from posx.config.compose import compose
 from posx.config.fingerprint import config_fingerprint, identity_config
 from tests.conftest import TINY
 from tests.integration.test_cli_errors import assert_one_line_error
+from tests.unit.claims.test_claims_check import write_claims
 from tests.unit.config.test_fingerprint import changed
 
 FACTORS = ([1.0, 2.0, 4.0, 4.0], [1.5, 3.0, 3.5, 4.0])
 
 
 def _extension(factors: list[float], searched: bool, **more) -> dict:
-    return changed(
-        extend__parent="results/runs/base_s0",
-        extend__parent_fingerprint="abc",
-        extend__length=64,
-        encoding__scaling={"type": "longrope", "factor": 4.0, "factors": factors},
-        extend__longrope__searched=searched,
-        **more,
-    )
+    settings = {
+        "extend__parent": "results/runs/base_s0",
+        "extend__parent_fingerprint": "abc",
+        "extend__length": 64,
+        "encoding__scaling": {"type": "longrope", "factor": 4.0, "factors": factors},
+        "extend__longrope__searched": searched,
+    }
+    return changed(**(settings | more))
 
 
 def test_searched_factors_are_an_output_and_the_search_settings_the_identity():
@@ -92,3 +98,58 @@ def test_hf_longrope_extensions_are_one_configuration_over_seeds():
     assert not any(
         "factor" in k and "longrope" in k for k in parse_settings(["extension=longrope"])
     )
+
+
+BASES = [2.50, 2.55, 2.60]  # bpb at L=16 of the three bases
+SEARCHED = [[1.0, 2.0, 4.0, 4.0], [1.5, 3.0, 3.5, 4.0], [1.0, 1.2, 2.2, 4.0]]  # one per base
+
+
+def _saved(root: Path, name: str, cfg: dict, info: dict, bpb: float) -> None:
+    run = root / "runs" / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    info = {"schema_version": 1, "run": name, "task": "text", "model": "tiny",
+            "train_length": 16, "experiment": "lri", "status": "trained", **info}  # fmt: skip
+    (run / "run.json").write_text(json.dumps(info))
+    row = {k: info[k] for k in ("schema_version", "run", "encoding", "task", "model", "seed")}
+    row |= {"train_length": 16, "mode": "full", "overrides": "", "eval_length": 16, "window": 16,
+            "stride": 16, "status": "ok", "reason": "", "loss": bpb, "bpb": bpb}  # fmt: skip
+    pd.DataFrame([row]).to_csv(run / "eval.csv", index=False)
+
+
+def _seed_tree(root: Path) -> None:
+    """Three bases and their LongRoPE extensions, each with the factors its base's search
+    found (as ``posx extend -m ROOT extension=longrope`` writes them)."""
+    for seed in range(3):
+        base = changed(seed=seed)
+        fp = config_fingerprint(base)
+        _saved(
+            root,
+            f"rope_s{seed}",
+            base,
+            {"encoding": "rope", "seed": seed, "fingerprint": fp},
+            BASES[seed],
+        )
+        ext = _extension(SEARCHED[seed], searched=True, seed=seed,
+                         extend__parent=str(root / "runs" / f"rope_s{seed}"),
+                         extend__parent_fingerprint=fp)  # fmt: skip
+        parent = {"run": f"rope_s{seed}", "dir": str(root / "runs" / f"rope_s{seed}"),
+                  "fingerprint": fp, "label": "rope", "step": 100}  # fmt: skip
+        info = {"encoding": "rope+longrope×4+ft@64", "seed": seed, "parent": parent,
+                "fingerprint": config_fingerprint(ext)}  # fmt: skip
+        _saved(root, f"longrope_s{seed}", ext, info, BASES[seed] - 0.02)
+
+
+def test_posx_report_and_check_show_the_seeds_as_one_configuration(cli, tmp_path):
+    root = tmp_path / "results"
+    _seed_tree(root)
+    report = cli("report", "--root", str(root), "--metric", "bpb")
+    assert report.returncode == 0, report.stderr
+    assert "encoding.scaling.factors" not in report.stdout + report.stderr
+    (row,) = [line for line in report.stdout.splitlines() if "rope+longrope×4+ft@64" in line]
+    assert row.split("│")[2].strip() == "3", report.stdout  # n: 3 seeds, mean ± std
+    assert "2.530 ± 0.050" in row, row
+    write_claims(tmp_path / "conf", "lri", {"c": ("rope+longrope×4+ft@64 < rope at L=16", "")})
+    check = cli("--config-dir", str(tmp_path / "conf"), "check", str(root), "-f", "md")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "rope+longrope×4+ft@64 < rope: 3/3" in check.stdout  # each with its own base
