@@ -27,6 +27,11 @@ def _run(root: Path, name: str, label: str, seed: int, bpb: float, parent: str |
     if parent is not None:
         info["parent"] = {"run": parent, "dir": str(root / "runs" / parent),
                           "fingerprint": "fp-rope", "label": "rope", "step": 10}  # fmt: skip
+    save_run(run, info, bpb)
+
+
+def save_run(run: Path, info: dict, bpb: float) -> None:
+    """``run.json`` (``info``) and ``eval.csv`` with one row at L=16 of ``bpb`` in ``run``."""
     (run / "run.json").write_text(json.dumps(info))
     row = {k: info[k] for k in ("schema_version", "run", "encoding", "task", "model", "seed")}
     row |= {"train_length": 16, "mode": "full", "overrides": "", "eval_length": 16, "window": 16,

@@ -4,10 +4,8 @@ factors set by hand (``posx train``, an extension given them) stay in the identi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
@@ -16,6 +14,7 @@ from posx.config.fingerprint import config_fingerprint, identity_config
 from tests.conftest import TINY
 from tests.integration.test_cli_errors import assert_one_line_error
 from tests.unit.claims.test_claims_check import write_claims
+from tests.unit.claims.test_claims_lineage import save_run
 from tests.unit.config.test_fingerprint import changed
 
 FACTORS = ([1.0, 2.0, 4.0, 4.0], [1.5, 3.0, 3.5, 4.0])
@@ -110,11 +109,7 @@ def _saved(root: Path, name: str, cfg: dict, info: dict, bpb: float) -> None:
     (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
     info = {"schema_version": 1, "run": name, "task": "text", "model": "tiny",
             "train_length": 16, "experiment": "lri", "status": "trained", **info}  # fmt: skip
-    (run / "run.json").write_text(json.dumps(info))
-    row = {k: info[k] for k in ("schema_version", "run", "encoding", "task", "model", "seed")}
-    row |= {"train_length": 16, "mode": "full", "overrides": "", "eval_length": 16, "window": 16,
-            "stride": 16, "status": "ok", "reason": "", "loss": bpb, "bpb": bpb}  # fmt: skip
-    pd.DataFrame([row]).to_csv(run / "eval.csv", index=False)
+    save_run(run, info, bpb)
 
 
 def _seed_tree(root: Path) -> None:
