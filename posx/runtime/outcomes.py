@@ -14,7 +14,7 @@ that exits 2).
 from __future__ import annotations
 
 import contextlib
-import pickle
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,11 +41,14 @@ class Failure:
 
     @classmethod
     def of(cls, err: Exception, rank: int) -> Failure:
-        """``err`` of ``rank``, with its class when the class pickles (an importable one)."""
+        """``err`` of ``rank``, with its class when the class travels: one importable by its
+        module and name, as the collective's pickling of a class requires."""
         kind: type[Exception] | None = type(err)
-        try:
-            pickle.dumps(kind)
-        except Exception:  # a class defined in a function: the message alone travels
+        module = sys.modules.get(kind.__module__)
+        found: Any = module
+        for part in kind.__qualname__.split("."):
+            found = getattr(found, part, None)
+        if found is not kind:  # a class defined in a function: the message alone travels
             kind = None
         return cls(rank, kind, f"{type(err).__name__}: {one_line(err)}"[:300])
 
