@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 from pathlib import Path
 
 from posx.errors import PosxWarning, one_line
 from posx.storage.atomic import atomic_write
+from posx.storage.cache import user_cache
 
 ENV_CACHE = "POSX_HASH_CACHE"
 Stamp = tuple[tuple[str, int, int], ...]  # (relative name, size, mtime_ns) per file
@@ -27,10 +27,7 @@ Stamp = tuple[tuple[str, int, int], ...]  # (relative name, size, mtime_ns) per 
 
 def cache_dir() -> Path:
     """Where directory hashes are kept."""
-    if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "posx" / "model-hashes"
+    return user_cache("model-hashes", ENV_CACHE)
 
 
 def _entry(path: Path) -> Path:

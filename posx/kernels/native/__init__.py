@@ -37,6 +37,7 @@ import warnings
 from pathlib import Path
 
 from posx.errors import PosxWarning
+from posx.storage.cache import user_cache
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,7 @@ _loaded: dict[str, ctypes.CDLL | None] = {}
 
 def cache_dir() -> Path:
     """Where built libraries are kept (module docstring)."""
-    if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "posx" / "native"
+    return user_cache("native", ENV_CACHE)
 
 
 def load(name: str, symbols: tuple[str, ...] = ()) -> ctypes.CDLL | None:
