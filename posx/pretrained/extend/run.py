@@ -14,7 +14,6 @@ the same directory, so ``posx report`` and ``posx check`` read it as any run.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from posx.pretrained.extend.engine import Engine, build_engine, full_weights, re
 from posx.pretrained.extend.longlora import ADAPTER_DIR, LoraAdapter, merge, save_adapter
 from posx.pretrained.extend.longrope import search_factors
 from posx.pretrained.extend.plan import Plan, check_fits, make_plan
+from posx.pretrained.extend.record import MODEL_DIR, parent_key, record_lora, run_record
 from posx.pretrained.extend.settings import Options
 from posx.pretrained.extend.train import (
     STATE_DIR,
@@ -42,16 +42,12 @@ from posx.pretrained.extend.train import (
     make_optimizer,
     train,
 )
-from posx.pretrained.naming import model_fingerprint, model_label
-from posx.pretrained.naming import run_directory as evaluated_run_directory
 from posx.pretrained.request import DEFAULTS, Request, check_values
-from posx.pretrained.run import evaluate_pretrained, tokenizer_identity
-from posx.pretrained.scaling import rope_parameters
+from posx.pretrained.run import evaluate_pretrained
 from posx.runtime.distributed import World, barrier, init_process_group
 from posx.runtime.outcomes import together
-from posx.storage.results import SCHEMA_VERSION, check_writable, write_csv, write_json
+from posx.storage.results import check_writable, write_csv, write_json
 
-MODEL_DIR = "model"
 # what an extension's run.json keeps when its evaluation writes the file again
 KEPT = ("status", "steps", "step", "final_loss", "parent", "extension", "train_corpus", "seed",
         "fingerprint")  # fmt: skip
@@ -122,7 +118,7 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
         text = tokenize_held_in(tokenizer, raw, corpus)
         budget = _budget(plan)
         text.window_count(plan.window)
-        record = _record(plan, run, text.describe, parent_key(plan, tokenizer))
+        record = run_record(plan, run, text.describe, parent_key(plan, tokenizer))
         if world.is_main:
             run.mkdir(parents=True, exist_ok=True)
             write_json(run / "run.json", {**record, "status": "running", "step": 0})
@@ -132,7 +128,7 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
         adapt = LoraAdapter(plan.method.lora, v["seed"]) if plan.method.lora else None
         engine = build_engine(plan.source, plan.config, plan.trust, world, plan.device,
                               plan.bf16, v["train.checkpointing"], adapt)  # fmt: skip
-        _record_lora(plan, engine, record, run)
+        record_lora(plan, engine, record, run)
         optimizer = make_optimizer(engine, budget)
         start, rows = 0, []
         if found is not None:
@@ -188,7 +184,7 @@ def _search_first(
     if plan.method.scaling != "longrope":
         return record
     found = search_factors(plan, text.ids, run, say, plan.world)
-    record = _record(plan, run, text.describe, parent_key(plan, tokenizer))
+    record = run_record(plan, run, text.describe, parent_key(plan, tokenizer))
     record["extension"]["longrope"] = found
     with together(plan.world):  # the engine's broadcast is next
         if plan.world.is_main:
@@ -218,26 +214,6 @@ def _trained_model(
     return merged, {k: v.detach().cpu() for k, v in merged.state_dict().items()}
 
 
-def _record_lora(plan: Plan, engine: Engine, record: dict[str, Any], run: Path) -> None:
-    """LongLoRA's adapters, as the engine's model holds them, recorded in ``run.json``."""
-    spec = plan.method.lora
-    if spec is None:
-        return
-    params = dict(engine.model.named_parameters())  # sharded: numel() is the whole tensor's
-    lora = sum(p.numel() for n, p in params.items() if "lora_" in n)
-    record["extension"]["longlora"] = {
-        "rank": spec.rank, "alpha": spec.alpha, "targets": list(spec.targets),
-        "trainable": list(spec.trainable), "group_fraction": spec.group_fraction,
-        "attention": "S2-Attn in training, full at evaluation",
-        "lora_parameters": lora,
-        "trainable_parameters": sum(p.numel() for p in params.values() if p.requires_grad),
-        "parameters": sum(p.numel() for n, p in params.items() if "lora_" not in n),
-        "adapter": str(run / ADAPTER_DIR),
-    }  # fmt: skip
-    if plan.world.is_main:
-        write_json(run / "run.json", {**record, "status": "running", "step": 0})
-
-
 def _stopped(run: Path, record: dict[str, Any], world: World, state: Path | None) -> None:
     """``run.json`` of a run Ctrl-C stopped outside a step: interrupted at its last checkpoint
     (``state``; step 0 without one), so ``posx resume`` continues it."""
@@ -258,59 +234,6 @@ def _saved_dtype(source: load.Source) -> torch.dtype:
     name = source.config.get("dtype") or source.config.get("torch_dtype") or "float32"
     found = getattr(torch, str(name), None)
     return found if isinstance(found, torch.dtype) else torch.float32
-
-
-def parent_key(plan: Plan, tokenizer: Any) -> dict[str, str]:
-    """The base's ``run`` and ``fingerprint`` as its own ``run.json`` records them, so that
-    ``posx check`` pairs the extension with its base (:mod:`posx.claims.lineage`): the run
-    ``posx eval hf:`` writes for the model, or, for posx's own extension, that run."""
-    own = plan.source.path.parent / "run.json"
-    if plan.source.path.name == MODEL_DIR and own.is_file():
-        try:
-            info = json.loads(own.read_text())
-        except (OSError, ValueError):
-            info = None
-        if isinstance(info, dict) and info.get("extension") and info.get("fingerprint"):
-            return {"run": plan.source.path.parent.name, "fingerprint": str(info["fingerprint"])}
-    label = model_label(plan.source.name, None)
-    sha = tokenizer_identity(tokenizer)["sha256"]
-    return {"run": evaluated_run_directory(Path("."), label, plan.source.revision).name,
-            "fingerprint": model_fingerprint(plan.source.revision, sha)}  # fmt: skip
-
-
-def _record(
-    plan: Plan, run: Path, corpus: dict[str, Any], parent: dict[str, str]
-) -> dict[str, Any]:
-    """``run.json`` of the extension: what it is, where it came from (``parent``: the base's
-    run and fingerprint, :func:`parent_key`), how it was trained."""
-    v = plan.values
-    info: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION, "run": run.name, "encoding": plan.label,
-        "task": "text", "model": "pretrained", "seed": v["seed"], "train_length": plan.window,
-        "fingerprint": plan.fingerprint(), "steps": v["extend.steps"],
-        "pretrained": {"model_id": str(run / MODEL_DIR), "architecture": plan.config.model_type,
-                       "parameters": plan.shape.params},
-        "parent": {**parent, "model_id": plan.source.name,
-                   "path": str(plan.source.path), "revision": plan.source.revision,
-                   "trained_length": plan.trained,
-                   "rope_parameters": rope_parameters(load.load_config(plan.source, plan.trust))},
-        "extension": {"word": plan.word, "method": plan.method.name, "scaling":
-                      plan.method.scaling, "factor": float(v["extend.factor"]),
-                      "length": plan.length, "window": plan.window,
-                      "pose_chunks": plan.method.pose_chunks, "steps": v["extend.steps"],
-                      "lr": v["extend.lr"], "warmup_steps": v["extend.warmup_steps"],
-                      "batch_size": v["train.batch_size"], "micro_batch": v["train.micro_batch"],
-                      "checkpointing": v["train.checkpointing"],
-                      "precision": "bf16" if plan.bf16 else "fp32",
-                      "processes": plan.world.size,
-                      "engine": "fsdp2" if plan.world.distributed else "one process",
-                      "rope_parameters": rope_parameters(plan.config),
-                      "memory_estimate_bytes": plan.need, "settings": v},
-        "train_corpus": corpus,
-    }  # fmt: skip
-    if v["experiment"]:
-        info["experiment"] = str(v["experiment"])
-    return info
 
 
 def evaluate_extension(
