@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from posx.report.plots.figures import Figures, figure, slug
+from posx.report.plots.figures import Figures, colour_bar, panels, slug
 
 COLUMN = "depth_grid"
 BANDS = 10  # depth bands of 10 % each; 100 % falls in the last
@@ -59,12 +59,9 @@ def depth_grids(rows: pd.DataFrame) -> dict[str, dict[tuple[int, int], list[floa
 def depth_figure(meta: dict[str, Any], grids: dict[str, dict[tuple[int, int], list[float]]]) -> Any:
     """One panel per row label: score in percent by depth band (rows) and length (columns)."""
     labels = sorted(grids)
-    cols = min(PANELS_PER_LINE, len(labels))
-    lines = math.ceil(len(labels) / cols)
-    fig = figure(1.2 + 3.2 * cols, 1.0 + 3.0 * lines)
+    fig, axes = panels(len(labels), PANELS_PER_LINE, (3.2, 3.0), (1.2, 1.0))
     image = None
-    for i, label in enumerate(labels):
-        ax = fig.add_subplot(lines, cols, i + 1)
+    for ax, label in zip(axes, labels, strict=True):
         lengths = sorted({length for _, length in grids[label]})
         values = [[math.nan] * len(lengths) for _ in range(BANDS)]
         for (band, length), (total, n) in grids[label].items():
@@ -83,8 +80,7 @@ def depth_figure(meta: dict[str, Any], grids: dict[str, dict[tuple[int, int], li
         ax.set_title(label, fontsize=8)
         ax.set_xlabel("length (tokens)", fontsize=7)
         ax.set_ylabel("depth of the queried needle", fontsize=7)
-    if image is not None:
-        fig.colorbar(image, ax=fig.axes, shrink=0.8).set_label("score (%)", fontsize=8)
+    colour_bar(fig, image, "score (%)")
     fig.suptitle(f"RULER needle tasks by depth · model {meta.get('model')}", fontsize=8)
     return fig
 

@@ -49,6 +49,23 @@ def figure(width: float = 6.4, height: float = 4.0) -> Any:
     return fig
 
 
+def panels(
+    count: int, per_line: int, size: tuple[float, float], margin: tuple[float, float]
+) -> tuple[Any, list[Any]]:
+    """A figure of ``count`` panels, ``per_line`` to a line: each panel ``size`` (width,
+    height) inches, plus ``margin`` for the colour bar and titles. Returns it and its axes."""
+    cols = min(per_line, count)
+    lines = math.ceil(count / cols)
+    fig = figure(margin[0] + size[0] * cols, margin[1] + size[1] * lines)
+    return fig, [fig.add_subplot(lines, cols, i + 1) for i in range(count)]
+
+
+def colour_bar(fig: Any, image: Any, label: str) -> None:
+    """One colour bar for every panel of ``fig`` (none when nothing was drawn)."""
+    if image is not None:
+        fig.colorbar(image, ax=fig.axes, shrink=0.8).set_label(label, fontsize=8)
+
+
 def _log2_lengths(ax: Any, lengths: Sequence[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(lengths), [str(x) for x in lengths])

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from posx.report.plots.figures import Figures, figure, slug
+from posx.report.plots.figures import Figures, colour_bar, panels, slug
 
 COLUMN = "operand_grid"
 PANELS_PER_LINE = 4
@@ -58,12 +58,9 @@ def operand_figure(meta: dict[str, Any], grids: dict[str, dict[tuple[int, int], 
     """One panel per row label: exact match by (first, second) operand digits on [0, 1]."""
     labels = sorted(grids)
     top = max(max(max(a, b) for a, b in g) for g in grids.values())
-    cols = min(PANELS_PER_LINE, len(labels))
-    lines = math.ceil(len(labels) / cols)
-    fig = figure(1.0 + 2.6 * cols, 0.9 + 2.6 * lines)
+    fig, axes = panels(len(labels), PANELS_PER_LINE, (2.6, 2.6), (1.0, 0.9))
     image = None
-    for i, label in enumerate(labels):
-        ax = fig.add_subplot(lines, cols, i + 1)
+    for ax, label in zip(axes, labels, strict=True):
         values = [[math.nan] * top for _ in range(top)]
         for (a, b), (exact, total) in grids[label].items():
             values[a - 1][b - 1] = exact / total if total else math.nan
@@ -76,8 +73,7 @@ def operand_figure(meta: dict[str, Any], grids: dict[str, dict[tuple[int, int], 
         ax.set_xlabel("second operand (digits)", fontsize=7)
         ax.set_ylabel("first operand (digits)", fontsize=7)
         ax.tick_params(labelsize=6)
-    if image is not None:
-        fig.colorbar(image, ax=fig.axes, shrink=0.8).set_label("exact match", fontsize=8)
+    colour_bar(fig, image, "exact match")
     head = f"{meta.get('task')} · model {meta.get('model')} · trained at up to"
     # The figure's own title: each panel's title is its row label.
     fig.suptitle(f"{head} {meta.get('train_length')} digits · exact match", fontsize=8)
