@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
     from posx.report.build import Report, make_report
     from posx.report.data import metric_by_task
-    from posx.report.export import to_csv, to_latex, to_markdown, to_rich
+    from posx.report.export import to_csv, to_markdown, to_rich
+    from posx.report.latex import to_latex
     from posx.report.output import (
         FORMATS,
         SUFFIXES,
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
 _HOMES = {
     **dict.fromkeys(("Report", "make_report"), "build"),
     "metric_by_task": "data",
-    **dict.fromkeys(("to_csv", "to_latex", "to_markdown", "to_rich"), "export"),
+    **dict.fromkeys(("to_csv", "to_markdown", "to_rich"), "export"),
+    "to_latex": "latex",
     **dict.fromkeys(
         (
             "FORMATS",

@@ -15,9 +15,10 @@ from rich.text import Text
 
 from posx.errors import ConfigError
 from posx.report.build import Report
-from posx.report.export import section_markdown, to_csv, to_latex, to_markdown, to_rich
+from posx.report.export import section_markdown, to_csv, to_markdown, to_rich
 from posx.report.fit import FittedTable
 from posx.report.html import to_html
+from posx.report.latex import to_latex
 from posx.report.plots.figures import Figures, write_plots
 from posx.report.plots.figures import render as render_figure
 from posx.report.plots.selection import Plots, figures

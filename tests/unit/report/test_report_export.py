@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from posx.report.export import tex_escape, to_csv, to_latex, to_markdown, to_rich
+from posx.report.export import to_csv, to_markdown, to_rich
 from posx.report.html import to_html
+from posx.report.latex import tex_escape, to_latex
 from posx.report.rank import rank_table
 from posx.report.tables import pivot, summarize
 
