@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import gc
 import os
 import re
@@ -47,6 +49,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _FROZEN_AT[0] = module
         gc.collect()
         gc.freeze()
+
+
+def composed(overrides: list[str]):
+    """``compose(overrides)`` of the repo's own configs, composed once per test process: a
+    fresh copy each call, so a test may change its own. A compose costs ~0.1-0.3 s, and the
+    kernel tests' parametrize lists alone asked for ~180 of them in every xdist worker's
+    collection (~20 s of a worker's 2-core minutes), most of them the same twenty."""
+    return copy.deepcopy(_composed_once(tuple(overrides)))
+
+
+@functools.cache
+def _composed_once(overrides: tuple[str, ...]):
+    from posx.config.compose import compose
+
+    return compose(list(overrides), dirs=[])  # never the user's POSX_CONFIG_PATH
 
 
 TINY = [

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from posx.config.build import build_encoding, build_model
-from posx.config.compose import CONFIG_DIR, compose
+from posx.config.compose import CONFIG_DIR
 from posx.encodings.base import NoPE
 from posx.encodings.rope import RoPE
 from posx.evaluation.memory import PeakMemory
@@ -23,6 +23,7 @@ from posx.kernels.bias import blocked_bias_attention
 from posx.kernels.flex.attention import flex_bias_attention, flex_unsupported_reason
 from posx.model.attention import causal_attention
 from posx.runtime.precision import autocast_context, grad_scaler
+from tests.conftest import composed
 
 pytestmark = pytest.mark.cuda
 
@@ -34,7 +35,7 @@ B, H, S, D = 2, 4, 128, 16
 
 def model_of(name: str, *extra: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model(compose([f"encoding={name}", *DIMS, *extra]), vocab_size=50).to(CUDA)
+    return build_model(composed([f"encoding={name}", *DIMS, *extra]), vocab_size=50).to(CUDA)
 
 
 def reference_attention(q, k, v, bias=None):
@@ -60,7 +61,7 @@ def test_flash_sdpa_takes_the_models_layout_in_bf16(encoding):
 
 
 def _encoding(name: str):
-    return build_encoding(compose([f"encoding={name}", *DIMS]))
+    return build_encoding(composed([f"encoding={name}", *DIMS]))
 
 
 # Bias encodings with a FlexAttention route (a bias table or their own score_mod); the encodings
@@ -76,7 +77,7 @@ ATTEND_FLEX = [n for n in ENCODINGS if _encoding(n).has_attend and _encoding(n).
 @pytest.mark.parametrize("name", FLEX)
 def test_compiled_flex_forward_and_backward_equal_blocked(name):
     torch.manual_seed(0)
-    enc = build_encoding(compose([f"encoding={name}", *DIMS])).to(CUDA)
+    enc = build_encoding(composed([f"encoding={name}", *DIMS])).to(CUDA)
     with torch.no_grad():
         for p in enc.parameters():
             p.normal_(std=1.0)

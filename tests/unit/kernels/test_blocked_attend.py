@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from posx.config.build import build_encoding
-from posx.config.compose import CONFIG_DIR, compose
+from posx.config.compose import CONFIG_DIR
 from posx.encodings.base import PositionalEncoding
 from posx.kernels import blocked
 from posx.kernels.blocked import blocked_attend, future_bias, mask_future_
@@ -23,6 +23,7 @@ from posx.kernels.relative import (
     relative_shift,
     relative_shift_keys,
 )
+from tests.conftest import composed
 
 B, H, S, D = 2, 4, 23, 8
 DIMS = [f"model.d_model={H * D}", f"model.n_heads={H}", "model.n_layers=2", "train.length=8"]
@@ -31,7 +32,7 @@ DIMS = [f"model.d_model={H * D}", f"model.n_heads={H}", "model.n_layers=2", "tra
 def encoding_of(name: str, *overrides: str) -> PositionalEncoding:
     """Layer 1's encoding with parameters large enough to matter."""
     torch.manual_seed(0)
-    enc = build_encoding(compose([f"encoding={name}", *DIMS, *overrides]))
+    enc = build_encoding(composed([f"encoding={name}", *DIMS, *overrides]))
     with torch.no_grad():
         for p in enc.parameters():
             p.normal_(std=0.5)

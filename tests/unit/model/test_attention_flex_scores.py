@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from posx.config.build import build_model
-from posx.config.compose import CONFIG_DIR, compose
+from posx.config.compose import CONFIG_DIR
 from posx.kernels.flex.attention import FLEX_AVAILABLE, flex_unsupported_reason
 from posx.kernels.flex.tables import FlexScores, flex_scores_attention
 from posx.model import attention
 from posx.model.attention import choose_kernel
+from tests.conftest import composed
 from tests.unit.kernels.test_flex_tables import dense_flex
 from tests.unit.model.test_attention_kernels import CPU, CUDA, DIMS, encoding_of
 
@@ -73,7 +74,7 @@ def test_the_model_through_flex_attention_equals_the_default(name, explicit, mon
     forward) equal the default path's, at the training length and past it."""
     calls = eager_flex(monkeypatch)
     torch.manual_seed(0)
-    model = build_model(compose([f"encoding={name}", *DIMS]), vocab_size=40).eval()
+    model = build_model(composed([f"encoding={name}", *DIMS]), vocab_size=40).eval()
     with torch.no_grad():
         for p in model.encoding.parameters():
             p.normal_(std=0.3)
@@ -135,7 +136,7 @@ def test_the_compiled_kernel_equals_the_default(name):
     compiled alone (against their eager evaluation), and the model falls back to ``attend``,
     saying why once."""
     torch.manual_seed(0)
-    model = build_model(compose([f"encoding={name}", *DIMS]), vocab_size=40).eval()
+    model = build_model(composed([f"encoding={name}", *DIMS]), vocab_size=40).eval()
     tokens = torch.arange(37).remainder(40).unsqueeze(0).repeat(2, 1)
     layer = model.encoding.for_layer(0)
     needs_lse = name == "shaw"

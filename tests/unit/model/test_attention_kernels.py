@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from posx.config.build import build_encoding, build_model
-from posx.config.compose import CONFIG_DIR, compose
+from posx.config.compose import CONFIG_DIR
 from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE, PositionalEncoding
 from posx.encodings.fire import FIRE
@@ -39,6 +39,7 @@ from posx.kernels.flex.attention import (
 )
 from posx.model import attention
 from posx.model.attention import KERNELS, choose_kernel
+from tests.conftest import composed
 
 B, H, S, D = 2, 4, 37, 16
 N_LAYERS = 2
@@ -51,7 +52,7 @@ def encoding_of(name: str, layer: int = N_LAYERS - 1) -> PositionalEncoding:
     """Layer ``layer``'s encoding of ``configs/encoding/NAME.yaml``, with its parameters drawn
     at std 1 (learned tables start near zero, where any bias would pass)."""
     torch.manual_seed(0)
-    enc = build_encoding(compose([f"encoding={name}", *DIMS]))
+    enc = build_encoding(composed([f"encoding={name}", *DIMS]))
     with torch.no_grad():
         for p in enc.parameters():
             p.normal_(std=1.0)
@@ -212,7 +213,7 @@ def test_model_output_does_not_depend_on_the_block_size(name):
     outs = []
     for block in (3, 4096):
         torch.manual_seed(0)
-        cfg = compose([f"encoding={name}", *DIMS, f"model.attn_block_size={block}"])
+        cfg = composed([f"encoding={name}", *DIMS, f"model.attn_block_size={block}"])
         model = build_model(cfg, vocab_size=40).eval()
         with torch.no_grad():
             outs.append(model(torch.arange(29).remainder(40).unsqueeze(0)))
@@ -420,7 +421,7 @@ def test_a_flex_failure_falls_back_to_blocked_once_and_says_why(monkeypatch):
 def test_the_model_runs_flex_attention_on_the_cpu_when_asked():
     """``attention_kernel="flex"`` takes FlexAttention (compiled) for inference on the CPU,
     and training steps there take the blocked kernel (no FlexAttention backward on CPU)."""
-    cfg = compose(["encoding=alibi", *DIMS])
+    cfg = composed(["encoding=alibi", *DIMS])
     torch.manual_seed(0)
     model = build_model(cfg, vocab_size=40).eval()
     tokens = torch.arange(S).remainder(40).unsqueeze(0).repeat(B, 1)
