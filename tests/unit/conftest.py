@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from posx.config.build import build_model
-from posx.config.compose import compose
 from posx.model.transformer import TransformerLM
+from tests.conftest import composed
 
 TINY = ["model.d_model=32", "model.n_heads=4", "model.n_layers=2", "train.length=16"]
 VOCAB = 50
@@ -17,7 +17,7 @@ VOCAB = 50
 
 def tiny_model(encoding: str, *extra: str) -> TransformerLM:
     """A 2-layer, d_model 32 model with ``encoding``, trained length 16, in eval mode."""
-    cfg = compose([f"encoding={encoding}", *TINY, *extra])
+    cfg = composed([f"encoding={encoding}", *TINY, *extra])
     return build_model(cfg, vocab_size=VOCAB).eval()
 
 
