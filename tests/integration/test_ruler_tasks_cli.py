@@ -1,6 +1,7 @@
 """The token-level RULER tasks through the commands a user types: ``posx train -m
-experiment=ruler_tasks`` (every encoding of the preset), ``posx report`` and ``posx check`` on its
-claims, and one line for a length a task's defaults cannot reach.
+experiment=ruler_tasks`` and ``experiment=ruler_retrieval`` (every encoding of each preset),
+``posx report`` and ``posx check`` on their claims, and one line for a length a task's defaults
+cannot reach.
 
 The runs are a few steps long: this checks the plumbing, not that anything is learned."""
 
@@ -27,19 +28,27 @@ SMALL = [
 ]
 
 
+PRESETS = {  # preset: (its task, its eval lengths, claims it must have)
+    "ruler_tasks": ("cwe", {32, 64, 96, 128}, {"learned_1x_rope", "nope_loses_2x", "fire_gone_4x"}),
+    "ruler_retrieval": ("niah_multikey", {64, 128, 192, 256}, {"learned_1x_alibi"}),
+}
+
+
 @pytest.mark.slow  # four tiny trainings and a check through the CLI: ~30 s on a loaded CPU
-def test_the_preset_trains_reports_and_checks(tmp_path: Path):
-    run_posx("train", "-m", "experiment=ruler_tasks", "hydra/launcher=basic", *SMALL,
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_preset_trains_reports_and_checks(tmp_path: Path, preset: str):
+    task, lengths, claims = PRESETS[preset]
+    run_posx("train", "-m", f"experiment={preset}", "hydra/launcher=basic", *SMALL,
              f"root={tmp_path}", check=True)  # fmt: skip
     rows = pd.concat([pd.read_csv(p) for p in tmp_path.rglob("eval.csv")], ignore_index=True)
     assert set(rows["encoding"]) == {"nope", "rope", "alibi", "fire"}
-    assert set(rows["task"]) == {"cwe"} and set(rows["eval_length"]) == {32, 64, 96, 128}
+    assert set(rows["task"]) == {task} and set(rows["eval_length"]) == lengths
     assert (rows["status"] == "ok").all(), rows[["encoding", "status", "reason"]]
     out = run_posx("report", "--root", str(tmp_path), "--format", "md", check=True).stdout
-    assert "cwe" in out and "L=128" in out
+    assert task in out and f"L={max(lengths)}" in out
     proc = run_posx("check", str(tmp_path), "--format", "json")
     verdicts = {c["claim"]: c["verdict"] for c in json.loads(proc.stdout)["claims"]}
-    assert {"learned_1x_rope", "nope_loses_2x", "fire_gone_4x"} <= set(verdicts)
+    assert claims <= set(verdicts)
     # One seed per encoding: too few for a verdict, and the check says so (exit 3).
     assert set(verdicts.values()) == {"inconclusive"} and proc.returncode == 3
 

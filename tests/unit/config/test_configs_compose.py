@@ -158,7 +158,7 @@ def test_experiment_name_must_be_a_plain_name():
         validate(cfg)
 
 
-SYNTHETIC_PRESETS = ["nope_synthetic", "randomized_pe", "ruler_tasks"]
+SYNTHETIC_PRESETS = ["nope_synthetic", "randomized_pe", "ruler_retrieval", "ruler_tasks"]
 
 
 def swept_jobs(experiment: str) -> list[list[str]]:
