@@ -18,6 +18,10 @@ neighbour score where ``i - j < W`` and the grouped one elsewhere. Keys that are
 every query of a block are grouped scores with no per-pair term, so they go through the fused
 far-key kernel of :func:`~posx.kernels.blocked.blocked_attend` at evaluation (memory linear in
 the length).
+
+With a KV cache (generation), the queries are the last few positions and the keys every
+position so far: :func:`self_extend_attend_cached` scores them directly, a block of queries at a
+time (one query per step while decoding).
 """
 
 from __future__ import annotations
@@ -128,3 +132,60 @@ def self_extend_attend(
 
 def _as_float(pos: Tensor) -> Tensor:
     return pos if pos.is_floating_point() else pos.to(torch.float32)
+
+
+def self_extend_attend_cached(
+    near: tuple[Tensor, Tensor],
+    grouped: tuple[Tensor, Tensor],
+    v: Tensor,
+    positions: tuple[Tensor, Tensor],
+    window: int,
+    block_size: int,
+    mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Merged attention of ``sq`` new queries over ``sk >= sq`` keys (a KV cache's).
+
+    The same scores as :func:`self_extend_attend`: the neighbour score where ``i - j < W``, the
+    grouped one elsewhere, keys after the query hidden.
+
+    Args:
+        near: Queries ``[b, h, sq, d]`` and keys ``[b, h, sk, d]`` rotated at their positions.
+        grouped: The same rotated at the grouped positions.
+        v: Values ``[b, h, sk, d_v]``.
+        positions: Query positions ``[sq]`` or ``[b, sq]`` and key positions ``[sk]`` or
+            ``[b, sk]`` (their own, not grouped).
+        window: Neighbour window ``W``.
+        block_size: Most queries scored at once (memory ``block_size x sk`` per head).
+        mask: Optional extra mask (bool, True = visible; or additive) broadcasting to
+            ``[b, h, sq, sk]``, e.g. a batch's left padding.
+        scale: Logit scale (default ``1 / sqrt(d)``).
+
+    Returns:
+        ``[b, h, sq, d_v]`` in ``v``'s dtype.
+    """
+    q_near, k_near = near
+    q_grp, k_grp = grouped
+    scale = 1.0 / math.sqrt(q_near.shape[-1]) if scale is None else scale
+    q_at, k_at = _as_float(positions[0]), _as_float(positions[1])
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.float()
+    outs = []
+    for i0 in range(0, q_near.shape[-2], block_size):
+        i1 = min(i0 + block_size, q_near.shape[-2])
+        dist = q_at[..., i0:i1].unsqueeze(-1) - k_at.unsqueeze(-2)  # [(b,) bq, sk]
+        if dist.dim() == 3:
+            dist = dist.unsqueeze(1)
+        near_s = q_near[..., i0:i1, :] @ k_near.transpose(-1, -2)
+        grp_s = q_grp[..., i0:i1, :] @ k_grp.transpose(-1, -2)
+        logits = torch.where(dist < window, near_s, grp_s).float().mul_(scale)
+        logits = logits.masked_fill(dist < 0, float("-inf"))
+        if mask is not None:
+            part = mask[..., i0:i1, :]
+            logits = (
+                logits.masked_fill(~part, float("-inf"))
+                if part.dtype == torch.bool
+                else (logits + part)
+            )
+        outs.append((logits.softmax(-1) @ v.float()).to(v.dtype))
+    return torch.cat(outs, dim=-2)

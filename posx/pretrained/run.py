@@ -116,23 +116,6 @@ def load_for_eval(request: Request) -> Loaded:
     return Loaded(model, tokenizer, source, trained, info, device)
 
 
-def refuse_generation_with_self_extend(request: Request) -> None:
-    """Self-Extend's hf attention scores whole windows and takes no KV cache, which RULER's
-    generation needs: refused before anything loads, not a ``failed`` row per task.
-
-    Raises:
-        ConfigError: ``--suite ruler`` with a variant that cannot generate (Self-Extend).
-    """
-    if "ruler" not in request.suites:
-        return
-    for v in request.settings.variants:
-        if not v.generates:
-            raise ConfigError(
-                f"--variant {v.spec} scores whole windows (no KV cache), and RULER's tasks "
-                "generate with one: evaluate it with --suite text, or RULER without it"
-            )
-
-
 def processes(request: Request) -> World:
     """This process's place under ``torchrun`` (joining its process group), or a single process
     (also where the request names its processes: ``request.world``).
@@ -169,7 +152,6 @@ def evaluate_pretrained(
     """
     check_writable(request.root)
     s, values = request.settings, request.values
-    refuse_generation_with_self_extend(request)
     w = processes(request)
     with together(w):  # a model that one process cannot load must not leave the others waiting
         raw, corpus = held_out_bytes(

@@ -55,12 +55,6 @@ class Variant:
         return out if self.window is None else f"{out} encoding.scaling.window={self.window}"
 
     @property
-    def generates(self) -> bool:
-        """Whether the model can generate under it: Self-Extend's attention scores whole windows
-        and takes no KV cache (:mod:`posx.pretrained.self_extend`)."""
-        return self.type != "selfextend"
-
-    @property
     def spec(self) -> str:
         """As ``--variant`` takes it (``selfextend:4,16``, ``yarn:4``, ``none``)."""
         if self.type == "none":

@@ -24,6 +24,7 @@ from posx.kernels.self_extend import (
     grouped_key_positions,
     grouped_query_positions,
     self_extend_attend,
+    self_extend_attend_cached,
 )
 from posx.pretrained.attention import register_attention, repeat_heads
 
@@ -129,37 +130,50 @@ def self_extend_attention(
     Args:
         module: The attention layer (its ``config`` carries :data:`CONFIG_KEY`).
         query: Queries ``[b, h, s, d]``, rotated at their positions.
-        key: Keys ``[b, h_kv, s, d]``, rotated.
-        value: Values ``[b, h_kv, s, d]``.
-        attention_mask: None (causal) or a bool ``[b, 1, s, s]`` (True = visible).
+        key: Keys ``[b, h_kv, sk, d]``, rotated: ``sk = s`` for a whole window, more with a
+            KV cache (every position so far; the queries are the last ``s``).
+        value: Values ``[b, h_kv, sk, d]``.
+        attention_mask: None (causal) or a bool ``[b, 1, s, sk]`` (True = visible).
         scaling: Logit scale (default ``1 / sqrt(d)``).
         dropout: Ignored: Self-Extend is an evaluation-time method.
-        **kwargs: ``position_ids`` ``[b, s]`` (default ``0..s-1``).
+        **kwargs: ``position_ids`` ``[b, s]`` of the queries (default the last ``s`` of
+            ``0..sk-1``).
 
     Returns:
         The output ``[b, s, h, d]`` and no attention weights.
 
     Raises:
-        ValueError: Queries and keys of different lengths (a KV cache), which this scorer of
-            whole windows does not take.
+        ValueError: Fewer keys than queries (no cache posx knows keeps such keys).
     """
     settings = getattr(module.config, CONFIG_KEY)
     group, window = settings["group"], settings["window"]
     b, heads, s, _ = query.shape
-    if key.shape[-2] != s:
-        raise ValueError(
-            f"Self-Extend here scores whole windows: {s} queries against {key.shape[-2]} keys"
-        )
+    sk = key.shape[-2]
+    if sk < s:
+        raise ValueError(f"Self-Extend: {s} queries against {sk} keys (fewer keys than queries)")
     pos = kwargs.get("position_ids")
-    pos = torch.arange(s, device=query.device) if pos is None else pos.to(query.device)
+    pos = torch.arange(sk - s, sk, device=query.device) if pos is None else pos.to(query.device)
     if pos.dim() == 2 and bool((pos == pos[:1]).all()):
         pos = pos[0]  # one row shared by the batch
     inv_freq = torch.tensor(settings["inv_freq"], dtype=torch.float32, device=query.device)
     key, value = repeat_heads(key, heads), repeat_heads(value, heads)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        # A left-padding query sees no key at all, and its row of NaNs would reach every real
+        # token through the next layer's values (0 x NaN): each query also sees itself, which
+        # changes nothing for a real token (causal attention sees its own key already).
+        own = torch.arange(sk, device=query.device) == torch.arange(
+            sk - s, sk, device=query.device
+        ).unsqueeze(-1)
+        attention_mask = attention_mask | own
+    # With a KV cache the keys are every position so far and the queries the last ``s`` of
+    # them; positions run on by one per token from each row's first real one (left padding
+    # sits before it, masked), so a key's position is counted back from the last query's.
+    k_pos = pos if sk == s else pos[..., -1:] + torch.arange(1 - sk, 1, device=pos.device)
     q_grp = rerotate(query, grouped_query_positions(pos, group, window) - pos, inv_freq)
-    k_grp = rerotate(key, grouped_key_positions(pos, group) - pos, inv_freq)
-    out = self_extend_attend(
-        (query, key), (q_grp, k_grp), value, (pos, pos), window, BLOCK_SIZE,
+    k_grp = rerotate(key, grouped_key_positions(k_pos, group) - k_pos, inv_freq)
+    attend = self_extend_attend if sk == s else self_extend_attend_cached
+    out = attend(
+        (query, key), (q_grp, k_grp), value, (pos, k_pos), window, BLOCK_SIZE,
         mask=attention_mask, scale=scaling,
     )  # fmt: skip
     return out.transpose(1, 2).contiguous(), None

@@ -63,12 +63,16 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
     cached = sorted((root / ".cache" / "ruler").iterdir())
     assert len(cached) == 2
     stamps = [p.stat().st_mtime_ns for p in cached]
-    # again, with a variant: the samples are read back, the rows merged
-    proc = ruler(cli, models, root, *args, "--variant", "none", "--variant", "yarn:4")
+    # again, with variants: the samples are read back, the rows merged; Self-Extend generates
+    # with the KV cache too (its attention groups the cached keys)
+    variants = ["--variant", "none", "--variant", "yarn:4", "--variant", "selfextend:4,16"]
+    proc = ruler(cli, models, root, *args, *variants)
     assert proc.returncode == 0, proc.stderr
     assert [p.stat().st_mtime_ns for p in cached] == stamps
     rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
-    assert len(rows) == 6 and len(pd.read_csv(run / "ruler_generations.csv")) == 8
+    assert len(rows) == 9 and len(pd.read_csv(run / "ruler_generations.csv")) == 12
+    extended = rows[rows["overrides"].str.contains("selfextend")]
+    assert len(extended) == 3 and set(extended["status"]) == {"ok"}, extended
     conf = tmp_path / "conf"
     (conf / "claims").mkdir(parents=True)
     (conf / "experiment").mkdir()
@@ -121,11 +125,6 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
             "llama",
             "ruler.samples applies to RULER's tasks: add --suite ruler",
         ),
-        (
-            ["--lengths", "1000", "--variant", "selfextend:4,16"],
-            "llama",
-            "--variant selfextend:4,16 scores whole windows",
-        ),
     ],
     ids=[
         "unknown-task",
@@ -137,7 +136,6 @@ def test_ruler_rows_generations_cache_and_report(cli, models, tmp_path):
         "memory",
         "sliding",
         "ruler-setting-without-ruler",
-        "selfextend-generates-nothing",
     ],
 )
 def test_bad_ruler_input_is_one_line_and_writes_nothing(cli, models, tmp_path, args, model, text):

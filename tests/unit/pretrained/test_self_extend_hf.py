@@ -106,3 +106,40 @@ def test_the_variant_parses(text, want):
 def test_bad_self_extend_variants_are_one_line(bad):
     with pytest.raises(ConfigError, match="selfextend:G,W"):
         parse_variant(bad)
+
+
+def _greedy_without_cache(model, prompt: list[int], budget: int) -> list[int]:
+    """Greedy tokens by a whole-window forward per step: Self-Extend's square path only."""
+    ids = list(prompt)
+    for _ in range(budget):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits
+        ids.append(int(logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_generation_with_a_kv_cache_equals_whole_windows(tiny_dir, name):
+    """RULER generates with a KV cache: each new token's query meets the cached keys, grouped
+    by their own positions. posx's batched greedy loop (left padding, positions from each
+    prompt's first real token) gives the tokens a whole-window forward per step gives, past
+    the window and the group boundaries, and each step's logits match."""
+    from posx.pretrained.ruler.generate import greedy
+
+    _, model, tok, text = loaded(tiny_dir, name)
+    Scaler(model, 32).apply(Variant("selfextend", 3.0, 5))
+    model.generation_config.eos_token_id = None  # only the tokenizer's end id stops a row
+    prompts = [text.ids[:37].tolist(), text.ids[50:71].tolist()]  # two lengths: left padding
+    got = greedy(model, tok, torch.device("cpu"), batch_tokens=10**6)(prompts, 9)
+    want = [_greedy_without_cache(model, p, 9) for p in prompts]
+    ends = {tok.eos_token_id} - {None}
+    assert got == [[t for t in w[: next((i for i, t in enumerate(w) if t in ends), len(w))]]
+                   for w in want]  # fmt: skip
+    # the last step's logits, cached against whole-window
+    ids = torch.tensor([prompts[0] + want[0][:-1]])
+    with torch.no_grad():
+        out = model(input_ids=ids[:, :-3], use_cache=True)
+        cached = model(input_ids=ids[:, -3:], past_key_values=out.past_key_values,
+                       use_cache=True).logits  # fmt: skip
+        whole = model(input_ids=ids, use_cache=False).logits[:, -3:]
+    torch.testing.assert_close(cached, whole, atol=1e-5, rtol=1e-4)
