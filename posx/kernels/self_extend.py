@@ -21,7 +21,7 @@ the length).
 
 With a KV cache (generation), the queries are the last few positions and the keys every
 position so far: :func:`self_extend_attend_cached` scores them directly, a block of queries at a
-time (one query per step while decoding).
+time (one query per step while decoding), in the same :func:`self_extend_attend`.
 """
 
 from __future__ import annotations
@@ -87,12 +87,18 @@ def self_extend_attend(
 ) -> Tensor:
     """Causal merged attention: neighbour scores within ``window``, grouped scores beyond.
 
+    Queries and keys of one window (``sq = sk = s``) go through the blocked kernel; fewer
+    queries than keys (the last ``sq`` positions against a KV cache's ``sk``) are scored
+    directly, ``block_size`` queries at a time.
+
     Args:
-        near: Queries and keys ``[b, h, s, d]`` rotated at their own positions.
+        near: Queries ``[b, h, sq, d]`` and keys ``[b, h, sk, d]`` rotated at their own
+            positions.
         grouped: The same queries and keys rotated at the grouped positions
             (:func:`grouped_query_positions`, :func:`grouped_key_positions`).
-        v: Values ``[b, h, s, d_v]``.
-        positions: Query and key positions ``[s]`` or ``[b, s]`` (their own, not grouped).
+        v: Values ``[b, h, sk, d_v]``.
+        positions: Query positions ``[sq]`` or ``[b, sq]`` and key positions ``[sk]`` or
+            ``[b, sk]`` (their own, not grouped).
         window: Neighbour window ``W``.
         block_size: Most queries per block (:func:`~posx.kernels.blocked.blocked_attend`).
         mask: An extra additive float mask (or a bool one, True = visible) broadcasting to
@@ -101,12 +107,15 @@ def self_extend_attend(
         scale: Logit scale (default ``1 / sqrt(d)``).
 
     Returns:
-        ``[b, h, s, d_v]`` in ``v``'s dtype.
+        ``[b, h, sq, d_v]`` in ``v``'s dtype.
     """
     q_near, k_near = near
     q_grp, k_grp = grouped
     q_pos, k_pos = positions
     scale = 1.0 / math.sqrt(q_near.shape[-1]) if scale is None else scale
+    if q_near.shape[-2] != k_near.shape[-2]:
+        return _attend_cached(near, grouped, v, (_as_float(q_pos), _as_float(k_pos)), window,
+                              block_size, mask, scale)  # fmt: skip
     k_near_t = k_near.transpose(-1, -2).contiguous()
     k_grp_t = k_grp.transpose(-1, -2).contiguous()
     q_at, k_at = _as_float(q_pos), _as_float(k_pos)
@@ -134,42 +143,18 @@ def _as_float(pos: Tensor) -> Tensor:
     return pos if pos.is_floating_point() else pos.to(torch.float32)
 
 
-def self_extend_attend_cached(
+def _attend_cached(
     near: tuple[Tensor, Tensor],
     grouped: tuple[Tensor, Tensor],
     v: Tensor,
-    positions: tuple[Tensor, Tensor],
+    at: tuple[Tensor, Tensor],
     window: int,
     block_size: int,
-    mask: Tensor | None = None,
-    scale: float | None = None,
+    mask: Tensor | None,
+    scale: float,
 ) -> Tensor:
-    """Merged attention of ``sq`` new queries over ``sk >= sq`` keys (a KV cache's).
-
-    The same scores as :func:`self_extend_attend`: the neighbour score where ``i - j < W``, the
-    grouped one elsewhere, keys after the query hidden.
-
-    Args:
-        near: Queries ``[b, h, sq, d]`` and keys ``[b, h, sk, d]`` rotated at their positions.
-        grouped: The same rotated at the grouped positions.
-        v: Values ``[b, h, sk, d_v]``.
-        positions: Query positions ``[sq]`` or ``[b, sq]`` and key positions ``[sk]`` or
-            ``[b, sk]`` (their own, not grouped).
-        window: Neighbour window ``W``.
-        block_size: Most queries scored at once (memory ``block_size x sk`` per head).
-        mask: Optional extra mask (bool, True = visible; or additive) broadcasting to
-            ``[b, h, sq, sk]``, e.g. a batch's left padding.
-        scale: Logit scale (default ``1 / sqrt(d)``).
-
-    Returns:
-        ``[b, h, sq, d_v]`` in ``v``'s dtype.
-    """
-    q_near, k_near = near
-    q_grp, k_grp = grouped
-    scale = 1.0 / math.sqrt(q_near.shape[-1]) if scale is None else scale
-    q_at, k_at = _as_float(positions[0]), _as_float(positions[1])
-    if mask is not None and mask.dtype != torch.bool:
-        mask = mask.float()
+    """:func:`self_extend_attend` of ``sq`` queries against ``sk > sq`` keys (float positions)."""
+    (q_near, k_near), (q_grp, k_grp), (q_at, k_at) = near, grouped, at
     outs = []
     for i0 in range(0, q_near.shape[-2], block_size):
         i1 = min(i0 + block_size, q_near.shape[-2])
@@ -179,13 +164,12 @@ def self_extend_attend_cached(
         near_s = q_near[..., i0:i1, :] @ k_near.transpose(-1, -2)
         grp_s = q_grp[..., i0:i1, :] @ k_grp.transpose(-1, -2)
         logits = torch.where(dist < window, near_s, grp_s).float().mul_(scale)
-        logits = logits.masked_fill(dist < 0, float("-inf"))
+        logits = logits.masked_fill(dist < 0, float("-inf"))  # keys after the query
         if mask is not None:
             part = mask[..., i0:i1, :]
-            logits = (
-                logits.masked_fill(~part, float("-inf"))
-                if part.dtype == torch.bool
-                else (logits + part)
-            )
+            if part.dtype == torch.bool:
+                logits = logits.masked_fill(~part, float("-inf"))
+            else:
+                logits = logits + part.float()
         outs.append((logits.softmax(-1) @ v.float()).to(v.dtype))
     return torch.cat(outs, dim=-2)

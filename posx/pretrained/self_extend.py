@@ -24,7 +24,6 @@ from posx.kernels.self_extend import (
     grouped_key_positions,
     grouped_query_positions,
     self_extend_attend,
-    self_extend_attend_cached,
 )
 from posx.pretrained.attention import register_attention, repeat_heads
 
@@ -171,8 +170,7 @@ def self_extend_attention(
     k_pos = pos if sk == s else pos[..., -1:] + torch.arange(1 - sk, 1, device=pos.device)
     q_grp = rerotate(query, grouped_query_positions(pos, group, window) - pos, inv_freq)
     k_grp = rerotate(key, grouped_key_positions(k_pos, group) - k_pos, inv_freq)
-    attend = self_extend_attend if sk == s else self_extend_attend_cached
-    out = attend(
+    out = self_extend_attend(
         (query, key), (q_grp, k_grp), value, (pos, k_pos), window, BLOCK_SIZE,
         mask=attention_mask, scale=scaling,
     )  # fmt: skip
