@@ -102,7 +102,7 @@ def self_extend_attend(
         window: Neighbour window ``W``.
         block_size: Most queries per block (:func:`~posx.kernels.blocked.blocked_attend`).
         mask: An extra additive float mask (or a bool one, True = visible) broadcasting to
-            ``[b, h, s, s]``, e.g. padding; ``None``: causal alone. With a mask every key is
+            ``[b, h, sq, sk]``, e.g. padding; ``None``: causal alone. With a mask every key is
             scored explicitly (the fused far-key path takes none).
         scale: Logit scale (default ``1 / sqrt(d)``).
 
@@ -113,25 +113,36 @@ def self_extend_attend(
     q_grp, k_grp = grouped
     q_pos, k_pos = positions
     scale = 1.0 / math.sqrt(q_near.shape[-1]) if scale is None else scale
-    if q_near.shape[-2] != k_near.shape[-2]:
-        return _attend_cached(near, grouped, v, (_as_float(q_pos), _as_float(k_pos)), window,
-                              block_size, mask, scale)  # fmt: skip
     k_near_t = k_near.transpose(-1, -2).contiguous()
     k_grp_t = k_grp.transpose(-1, -2).contiguous()
     q_at, k_at = _as_float(q_pos), _as_float(k_pos)
     if mask is not None and mask.dtype == torch.bool:
         mask = torch.zeros(mask.shape, device=mask.device).masked_fill_(~mask, float("-inf"))
 
-    def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
-        near_s = q_near[..., i0:i1, :] @ k_near_t[..., j0:i1]
-        grp_s = q_grp[..., i0:i1, :] @ k_grp_t[..., j0:i1]
-        dist = q_at[..., i0:i1].unsqueeze(-1) - k_at[..., j0:i1].unsqueeze(-2)
+    def merged(i0: int, i1: int, j0: int, j1: int) -> tuple[Tensor, Tensor]:
+        """Queries ``[i0, i1)`` against keys ``[j0, j1)``: the merged logits (float32,
+        scaled, with the mask) and the distances ``[(b, 1,) bq, bk]``."""
+        dist = q_at[..., i0:i1].unsqueeze(-1) - k_at[..., j0:j1].unsqueeze(-2)
         if dist.dim() == 3:  # [b, sq, sk] -> [b, 1, sq, sk]
             dist = dist.unsqueeze(1)
+        near_s = q_near[..., i0:i1, :] @ k_near_t[..., j0:j1]
+        grp_s = q_grp[..., i0:i1, :] @ k_grp_t[..., j0:j1]
         logits = torch.where(dist < window, near_s, grp_s).float().mul_(scale)
         if mask is not None:
-            logits = logits + mask[..., i0:i1, j0:i1].float()
-        return logits, None
+            logits = logits + mask[..., i0:i1, j0:j1].float()
+        return logits, dist
+
+    sq, sk = q_near.shape[-2], k_near.shape[-2]
+    if sq != sk:  # a KV cache: each block of queries against every key so far
+        outs = []
+        for i0 in range(0, sq, block_size):
+            logits, dist = merged(i0, min(i0 + block_size, sq), 0, sk)
+            logits = logits.masked_fill(dist < 0, float("-inf"))  # keys after the query
+            outs.append((logits.softmax(-1) @ v.float()).to(v.dtype))
+        return torch.cat(outs, dim=-2)
+
+    def scores(i0: int, i1: int, j0: int) -> tuple[Tensor, None]:
+        return merged(i0, i1, j0, i1)[0], None
 
     def far_keys() -> FarKeys:  # i - j >= W: the grouped scores alone
         return FarKeys(distance=window, q=q_grp, k=k_grp, scale=scale, q_pos=q_pos, k_pos=k_pos)
@@ -141,35 +152,3 @@ def self_extend_attend(
 
 def _as_float(pos: Tensor) -> Tensor:
     return pos if pos.is_floating_point() else pos.to(torch.float32)
-
-
-def _attend_cached(
-    near: tuple[Tensor, Tensor],
-    grouped: tuple[Tensor, Tensor],
-    v: Tensor,
-    at: tuple[Tensor, Tensor],
-    window: int,
-    block_size: int,
-    mask: Tensor | None,
-    scale: float,
-) -> Tensor:
-    """:func:`self_extend_attend` of ``sq`` queries against ``sk > sq`` keys (float positions)."""
-    (q_near, k_near), (q_grp, k_grp), (q_at, k_at) = near, grouped, at
-    outs = []
-    for i0 in range(0, q_near.shape[-2], block_size):
-        i1 = min(i0 + block_size, q_near.shape[-2])
-        dist = q_at[..., i0:i1].unsqueeze(-1) - k_at.unsqueeze(-2)  # [(b,) bq, sk]
-        if dist.dim() == 3:
-            dist = dist.unsqueeze(1)
-        near_s = q_near[..., i0:i1, :] @ k_near.transpose(-1, -2)
-        grp_s = q_grp[..., i0:i1, :] @ k_grp.transpose(-1, -2)
-        logits = torch.where(dist < window, near_s, grp_s).float().mul_(scale)
-        logits = logits.masked_fill(dist < 0, float("-inf"))  # keys after the query
-        if mask is not None:
-            part = mask[..., i0:i1, :]
-            if part.dtype == torch.bool:
-                logits = logits.masked_fill(~part, float("-inf"))
-            else:
-                logits = logits + part.float()
-        outs.append((logits.softmax(-1) @ v.float()).to(v.dtype))
-    return torch.cat(outs, dim=-2)
