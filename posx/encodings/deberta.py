@@ -38,13 +38,8 @@ from torch import Tensor, nn
 from posx.encodings.deberta_buckets import deberta_index, saturation_distance
 from posx.encodings.per_layer import PerLayer
 from posx.kernels.band_terms import BandTerms
-from posx.kernels.blocked import (
-    FarKeys,
-    ScoresFn,
-    block_budget,
-    blocked_attend,
-    query_block,
-)
+from posx.kernels.blocked import FarKeys, ScoresFn, blocked_attend
+from posx.kernels.budget import block_budget, query_block
 from posx.kernels.disentangled import (
     AddTerms,
     DisentangledAttention,

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posx.kernels.blocked import block_budget, future_bias, query_block
+from posx.kernels.blocked import future_bias
+from posx.kernels.budget import block_budget, query_block
 from posx.kernels.flex.attention import bias_per_distance
 from posx.kernels.memo import PositionMemo
 from posx.kernels.relative import consecutive_positions, distance_block
@@ -39,7 +40,7 @@ def blocked_bias_attention(
     ``[(b,) h, i1 - i0, i1]`` bias and the full ``s x s`` matrix never exists. The block holds
     at most ``block_size`` queries and fewer at long lengths (see :func:`query_block`), so the
     largest temporary is bounded and memory grows linearly with ``s``. On CUDA the device's
-    budget alone sizes the blocks (:func:`~posx.kernels.blocked.block_budget`).
+    budget alone sizes the blocks (:func:`~posx.kernels.budget.block_budget`).
 
     Args:
         q: Queries ``[b, h, s, d_h]``.

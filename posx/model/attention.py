@@ -3,7 +3,7 @@
 - no bias, no ``attend``: ``scaled_dot_product_attention(is_causal=True)`` (flash on GPU);
 - a bias: ``blocked`` over queries, each block building only its own ``[h, block, sk]`` bias
   (any device; the block shrinks at long lengths so one block's scores stay under a fixed
-  element budget per device, ``posx.kernels.blocked.block_budget``, which keeps memory linear
+  element budget per device, ``posx.kernels.budget.block_budget``, which keeps memory linear
   in the sequence length), or ``flex``: FlexAttention with a ``score_mod`` that reads the bias
   from a per-distance table (``encoding.relative_bias``), compiled into a fused kernel, so no
   ``[s, s]`` tensor exists;

@@ -247,7 +247,7 @@ def test_attend_encodings_flex_route_trains_as_attend_on_the_gpu(name):
 def test_cuda_query_blocks_come_from_the_devices_memory():
     """Issue 47: one budget from the real device's memory, uncapped by block_size, and the
     attend encodings' model output under it equals the CPU's blocks."""
-    from posx.kernels.blocked import block_budget
+    from posx.kernels.budget import block_budget
 
     budget = block_budget(CUDA)
     total = torch.cuda.get_device_properties(CUDA).total_memory

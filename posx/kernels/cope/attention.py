@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posx.kernels.blocked import query_block
+from posx.kernels.budget import query_block
 from posx.kernels.cope.layer import (
     CoPELayer,
     FutureMasks,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posx.kernels import blocked
-from posx.kernels.blocked import future_bias, query_block
+from posx.kernels import budget as budgets
+from posx.kernels.blocked import future_bias
+from posx.kernels.budget import query_block
 
 
 def logits_table(logits_int: Tensor) -> Tensor:
@@ -138,24 +139,24 @@ class FutureMasks(dict):
 
 def block_elements(device: torch.device | None = None) -> int:
     """Most scores ``[b, h, queries, keys]`` in one block on ``device`` (default the CPU): the
-    device's ``cope`` budget (:func:`~posx.kernels.blocked.block_budget`). On the CPU a quarter
+    device's ``cope`` budget (:func:`~posx.kernels.budget.block_budget`). On the CPU a quarter
     of blocked attention's budget (``ATTEND_BLOCK_ELEMENTS``, read when called), 2^18 float32
     values (1 MiB), which stay in a core's L2 cache between the passes over them; with 2^20 the
     gathers, cumulative sums and scatters ran several times slower per element here (tiny
     model's training step: one layer's attention 21-24 ms against 11.6-13.4 ms)."""
-    return blocked.block_budget(torch.device("cpu") if device is None else device).cope
+    return budgets.block_budget(torch.device("cpu") if device is None else device).cope
 
 
 def query_blocks(layer: CoPELayer, block_size: int) -> list[tuple[int, int]]:
     """Query blocks ``(i0, i1)``, last first, each with at most :func:`block_elements` scores
     against its keys ``[0, i1)`` (on CUDA: as many queries as that allows, see
-    :meth:`~posx.kernels.blocked.BlockBudget.queries`).
+    :meth:`~posx.kernels.budget.BlockBudget.queries`).
 
     Last first: the last block's temporaries are the largest, so each later one fits in memory
     the allocator already holds (see ``blocked_attend``).
     """
     b, h, s, _ = layer.q.shape
-    budget = blocked.block_budget(layer.q.device)
+    budget = budgets.block_budget(layer.q.device)
     blocks, i1, block_size = [], s, budget.queries(block_size)
     while i1 > 0:
         bq = min(query_block(block_size, b, h, i1, budget.cope), i1)

@@ -10,7 +10,7 @@ import torch
 
 from posx.encodings.deberta import DeBERTa
 from posx.encodings.deberta_buckets import deberta_index, log_bucket_position
-from posx.kernels import blocked
+from posx.kernels import budget as budgets
 
 H, D, S = 2, 4, 7
 
@@ -74,7 +74,7 @@ def reference(enc: DeBERTa, layer: int, q, k, v, pos):
 @pytest.mark.parametrize("block", [2, 256])
 @pytest.mark.parametrize("pos", [torch.arange(S), torch.tensor([0, 1, 2, 5, 6, 9, 10])])
 def test_c2p_and_p2c_match_hand_computation(block, pos, p2c_budget, monkeypatch):
-    monkeypatch.setattr(blocked, "MAX_BLOCK_ELEMENTS", p2c_budget)
+    monkeypatch.setattr(budgets, "MAX_BLOCK_ELEMENTS", p2c_budget)
     gen = torch.Generator().manual_seed(0)
     enc = DeBERTa(d_model=H * D, n_heads=H, n_layers=2, max_relative_positions=3, block_size=block)
     with torch.no_grad():

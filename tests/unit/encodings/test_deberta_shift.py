@@ -18,7 +18,8 @@ import torch
 from posx.encodings import deberta
 from posx.encodings.deberta import DeBERTa
 from posx.encodings.deberta_buckets import deberta_index
-from posx.kernels.blocked import MAX_BLOCK_ELEMENTS, FarKeys, blocked_attend
+from posx.kernels.blocked import FarKeys, blocked_attend
+from posx.kernels.budget import MAX_BLOCK_ELEMENTS
 from posx.kernels.relative import per_query
 
 H, D = 2, 4

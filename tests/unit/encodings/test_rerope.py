@@ -17,6 +17,7 @@ import torch
 from posx.encodings.base import as_float, relative_distance
 from posx.encodings.rope import RoPE
 from posx.kernels import blocked
+from posx.kernels import budget as budgets
 
 D, H = 8, 2
 
@@ -110,7 +111,7 @@ def test_the_element_budget_shrinks_blocks_without_changing_the_result(monkeypat
     enc, pos = rerope(window=4), positions("arange", s)
     q, k, v = qkv(s, b)
     want = reference_attend(enc, q, k, v, pos, pos)
-    monkeypatch.setattr(blocked, "ATTEND_BLOCK_ELEMENTS", b * H * s * 6)  # 6 queries a block
+    monkeypatch.setattr(budgets, "ATTEND_BLOCK_ELEMENTS", b * H * s * 6)  # 6 queries a block
     for grad in (False, True):
         with torch.set_grad_enabled(grad):
             got = enc.attend(q.clone().requires_grad_(grad), k, v, pos, pos).detach()

@@ -9,12 +9,8 @@ import torch
 
 from posx.encodings import transformer_xl
 from posx.encodings.transformer_xl import TransformerXL, distance_span, xl_sinusoid
-from posx.kernels.blocked import (
-    MAX_BLOCK_ELEMENTS,
-    SDPA_BLOCK_ELEMENTS,
-    blocked_bias_sdpa,
-    sdpa_query_block,
-)
+from posx.kernels.blocked import blocked_bias_sdpa, sdpa_query_block
+from posx.kernels.budget import MAX_BLOCK_ELEMENTS, SDPA_BLOCK_ELEMENTS
 from posx.kernels.relative import relative_shift
 
 H, D, R, S = 2, 4, 6, 6

@@ -14,7 +14,9 @@ from posx.config.build import build_model
 from posx.config.compose import compose
 from posx.encodings import deberta
 from posx.kernels import bias, blocked
-from posx.kernels.blocked import BlockBudget, block_budget, blocked_attend, query_block
+from posx.kernels import budget as budgets
+from posx.kernels.blocked import blocked_attend
+from posx.kernels.budget import BlockBudget, block_budget, query_block
 
 CUDA = torch.device("cuda:0")
 GIB = 2**30
@@ -28,7 +30,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch, total_gib: float) -> None:
 
 def use_budget(monkeypatch: pytest.MonkeyPatch, budget: BlockBudget) -> None:
     """Every kernel takes ``budget`` on any device (CPU tensors with CUDA's block sizes)."""
-    for module in (blocked, bias, deberta):
+    for module in (budgets, blocked, bias, deberta):  # cope's layer reads it from budgets
         monkeypatch.setattr(module, "block_budget", lambda device, b=budget: b)
 
 
@@ -36,7 +38,7 @@ def test_cpu_budget_is_the_module_constants_read_when_called(monkeypatch):
     cpu = block_budget(torch.device("cpu"))
     assert cpu == BlockBudget(2**22, 2**20, 2**19, 2**18, uncapped=False)
     assert cpu.queries(256) == 256  # the model's block_size caps CPU blocks
-    monkeypatch.setattr(blocked, "ATTEND_BLOCK_ELEMENTS", 64)  # tests shrink it this way
+    monkeypatch.setattr(budgets, "ATTEND_BLOCK_ELEMENTS", 64)  # tests shrink it this way
     assert block_budget(torch.device("cpu")).attend == 64
     assert block_budget(torch.device("cpu")).cope == 16
 
@@ -50,8 +52,8 @@ def test_cuda_budget_comes_from_the_devices_memory(monkeypatch, total_gib, eleme
     fake_cuda(monkeypatch, total_gib)
     got = block_budget(CUDA)
     assert got == BlockBudget(elements, elements, elements, elements // 4, uncapped=True)
-    assert elements * blocked.CUDA_BYTES_PER_ELEMENT <= total_gib * GIB / 64 or elements == 2**22
-    assert got.queries(256) == blocked.UNCAPPED_QUERIES
+    assert elements * budgets.CUDA_BYTES_PER_ELEMENT <= total_gib * GIB / 64 or elements == 2**22
+    assert got.queries(256) == budgets.UNCAPPED_QUERIES
     assert block_budget(torch.device("cpu")).attend == 2**20  # the CPU is not affected
 
 

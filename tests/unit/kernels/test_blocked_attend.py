@@ -16,6 +16,7 @@ from posx.config.build import build_encoding
 from posx.config.compose import CONFIG_DIR
 from posx.encodings.base import PositionalEncoding
 from posx.kernels import blocked
+from posx.kernels import budget as budgets
 from posx.kernels.blocked import blocked_attend, future_bias, mask_future_
 from posx.kernels.relative import (
     consecutive_positions,
@@ -76,16 +77,16 @@ def run(enc: PositionalEncoding, pos: torch.Tensor, block: int, grad: bool) -> t
     """``attend`` with ``block`` queries per block (by the element budget), through the explicit
     path (``grad``: q needs a gradient) or the fused far-key path (no gradient)."""
     q, k, v = qkv()
-    budget = blocked.ATTEND_BLOCK_ELEMENTS
+    budget = budgets.ATTEND_BLOCK_ELEMENTS
     try:
-        blocked.ATTEND_BLOCK_ELEMENTS = block * B * H * S
+        budgets.ATTEND_BLOCK_ELEMENTS = block * B * H * S
         if grad:
             with torch.enable_grad():
                 return enc.attend(q.requires_grad_(), k, v, pos, pos).detach()
         with torch.no_grad():
             return enc.attend(q, k, v, pos, pos)
     finally:
-        blocked.ATTEND_BLOCK_ELEMENTS = budget
+        budgets.ATTEND_BLOCK_ELEMENTS = budget
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -116,7 +117,7 @@ def test_far_keys_take_the_fused_kernel_without_a_gradient(name, monkeypatch):
 
 def test_no_block_exceeds_the_budget(monkeypatch):
     """One block's logits stay within ATTEND_BLOCK_ELEMENTS at any length: memory linear in s."""
-    monkeypatch.setattr(blocked, "ATTEND_BLOCK_ELEMENTS", 1 * 2 * 4 * 50)  # 4 queries x 50 keys
+    monkeypatch.setattr(budgets, "ATTEND_BLOCK_ELEMENTS", 1 * 2 * 4 * 50)  # 4 queries x 50 keys
     s, sizes = 50, []
     q, k, v = (torch.randn(1, 2, s, 8) for _ in range(3))
 
@@ -151,8 +152,8 @@ def test_no_tensor_has_an_s_by_s_footprint_per_head(name, grad, monkeypatch):
     """With a 16-query budget at 512 tokens, no op anywhere in ``attend`` (the SDPA math path
     included) returns a tensor as big as a quarter of the [b, h, s, s] scores."""
     s = 512
-    monkeypatch.setattr(blocked, "ATTEND_BLOCK_ELEMENTS", 16 * B * H * s)
-    monkeypatch.setattr(blocked, "SDPA_BLOCK_ELEMENTS", 16 * B * H * s)
+    monkeypatch.setattr(budgets, "ATTEND_BLOCK_ELEMENTS", 16 * B * H * s)
+    monkeypatch.setattr(budgets, "SDPA_BLOCK_ELEMENTS", 16 * B * H * s)
     # DeBERTa's explicit path holds [b, h, 2k, keys] relative scores: linear in s, but at
     # 512 tokens the default k = 128 makes them half the size of the [s, s] scores.
     small_k = ["encoding.max_relative_positions=16"] if name == "deberta" else []
@@ -242,7 +243,7 @@ def test_bias_through_sdpa_equals_the_explicit_blocked_path(block, monkeypatch):
         logits = q[..., i0:i1, :] @ k[..., j0:i1, :].transpose(-1, -2) * D**-0.5
         return logits + bias[..., i0:i1, j0:i1], None
 
-    monkeypatch.setattr(blocked, "ATTEND_BLOCK_ELEMENTS", B * H * S * 3)  # 3 queries a block
+    monkeypatch.setattr(budgets, "ATTEND_BLOCK_ELEMENTS", B * H * S * 3)  # 3 queries a block
     got = blocked.blocked_bias_sdpa(q, k, v, bias_fn, block, D**-0.5)
     torch.testing.assert_close(got, blocked_attend(v, scores, block), atol=1e-5, rtol=1e-5)
     assert max(i1 - i0 for i0, i1 in seen) == min(block, 3)

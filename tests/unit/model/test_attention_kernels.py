@@ -27,9 +27,10 @@ from posx.encodings.alibi import ALiBi
 from posx.encodings.base import NoPE, PositionalEncoding
 from posx.encodings.fire import FIRE
 from posx.kernels import bias as bias_kernel
-from posx.kernels import blocked, relative
+from posx.kernels import budget as budgets
+from posx.kernels import relative
 from posx.kernels.bias import blocked_bias_attention
-from posx.kernels.blocked import query_block
+from posx.kernels.budget import query_block
 from posx.kernels.flex.attention import (
     FLEX_AVAILABLE,
     distance_table,
@@ -437,7 +438,7 @@ def test_the_model_runs_flex_attention_on_the_cpu_when_asked():
 
 
 def test_query_block_keeps_one_block_under_the_budget():
-    budget = blocked.MAX_BLOCK_ELEMENTS
+    budget = budgets.MAX_BLOCK_ELEMENTS
     assert query_block(256, 8, 4, 64) == 256  # short sequences: the configured block
     for keys in (4096, 16384, 32768, 10**6):
         block = query_block(256, 1, 4, keys)
@@ -447,7 +448,7 @@ def test_query_block_keeps_one_block_under_the_budget():
 
 def test_no_block_exceeds_the_budget_at_long_lengths(monkeypatch):
     """With a small budget, a long sequence's largest bias stays within it: memory linear in s."""
-    monkeypatch.setattr(blocked, "MAX_BLOCK_ELEMENTS", 4 * 8 * 64)  # 8 queries x 64 keys
+    monkeypatch.setattr(budgets, "MAX_BLOCK_ELEMENTS", 4 * 8 * 64)  # 8 queries x 64 keys
     enc, sizes = ALiBi(4), []
 
     def spy(qp, kp):
