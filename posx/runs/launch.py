@@ -20,8 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from posx.config.compose import CONFIG_DIR, compose, config_dirs, new_invocation, register
 from posx.config.hints import one_line
+from posx.config.keys import override_key
 from posx.config.paths import searchpath_override, user_config_dirs
 from posx.errors import ConfigError, PosxError
+from posx.runs.compose_once import composes_shared
 from posx.runs.messages import sweep_summary
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
 from posx.runs.sweeps import sweep_status
@@ -141,11 +143,16 @@ def run_train(
 
         return run_job(cfg, debug, trust)
 
+    if multirun and not any(override_key(o) == "hydra.mode" for o in [*overrides, *extra]):
+        # what Hydra appends itself once it has composed the config to read the mode; given
+        # here, that compose and the multirun's are one (composes_shared)
+        extra.append("hydra.mode=MULTIRUN")
     # @hydra.main reads its arguments from sys.argv: Hydra has no public call that takes a list.
     saved_argv = sys.argv
     sys.argv = ["posx train", *flags, *overrides, *extra]
     try:
-        hydra_train()
+        with composes_shared():
+            hydra_train()
     except ValueError as err:  # Hydra's own usage errors, e.g. -m together with --cfg
         raise ConfigError(one_line(err)) from err
     finally:
