@@ -23,6 +23,7 @@ from posx.config.hints import one_line
 from posx.config.keys import override_key
 from posx.config.paths import searchpath_override, user_config_dirs
 from posx.errors import ConfigError, PosxError
+from posx.runs.callbacks import sweep_started_since, sweeps_started
 from posx.runs.compose_once import composes_shared
 from posx.runs.messages import sweep_summary
 from posx.runs.preflight import NO_CHECK_FLAGS, check_overrides, split_args
@@ -133,9 +134,6 @@ def run_train(
         ]
     register()
     checked = not NO_CHECK_FLAGS & set(flags) and "--cfg" not in flags
-    sweep_dir = sweep_dir_of([*overrides, *extra], dirs) if multirun and checked else None
-    if sweep_dir is not None and w.is_main:
-        print(f"sweep directory: {sweep_dir}", flush=True)
 
     @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
     def hydra_train(cfg: DictConfig) -> float | None:
@@ -150,6 +148,7 @@ def run_train(
     # @hydra.main reads its arguments from sys.argv: Hydra has no public call that takes a list.
     saved_argv = sys.argv
     sys.argv = ["posx train", *flags, *overrides, *extra]
+    mark = sweeps_started()
     try:
         with composes_shared():
             hydra_train()
@@ -157,7 +156,10 @@ def run_train(
         raise ConfigError(one_line(err)) from err
     finally:
         sys.argv = saved_argv
-    if sweep_dir is not None:
+    if multirun and checked:
+        # Hydra named the sweep's directory as it started it (posx.runs.callbacks), unless
+        # the user's config took that callback away
+        sweep_dir = sweep_started_since(mark) or sweep_dir_of([*overrides, *extra], dirs)
         _end_of_sweep(sweep_dir, _compare_root(sweep_dir, overrides))
 
 

@@ -50,6 +50,23 @@ def test_a_sweep_composes_each_config_once(tmp_path, composes):
     jobs = [o for mode, o in composes if mode == "RUN" and o[0] == "hydra.mode=MULTIRUN"]
     assert len(sweep) == 1, composes
     assert sorted(o[1] for o in jobs) == ["encoding=nope", "encoding=rope"], composes
+    # and posx's check of each value: nothing else (the sweep's directory is Hydra's word,
+    # posx.runs.callbacks, not a compose of its own)
+    assert len(composes) == 2 + 1 + 2, composes
+
+
+def test_the_sweep_directory_is_named_first_and_summed_up_last(tmp_path):
+    """Hydra's callback names the sweep's directory before the first job starts; without it (a
+    user took it away) posx still finds the directory for the summary."""
+    one = ["train", "-m", "encoding=nope", *TINY, "train.steps=1", "eval.lengths=[16]",
+           "eval.tokens=32"]  # fmt: skip
+    out = run_in_process(*one, f"root={tmp_path / 'with'}").stdout.splitlines()
+    (sweep,) = (tmp_path / "with" / "sweeps").iterdir()
+    assert out[0] == f"sweep directory: {sweep}" and f"sweep done: 1 job(s) in {sweep}" in out
+    taken = run_in_process(*one, f"root={tmp_path / 'without'}",
+                           "~hydra.callbacks.sweep_directory").stdout  # fmt: skip
+    (alone,) = (tmp_path / "without" / "sweeps").iterdir()
+    assert "sweep directory:" not in taken and f"sweep done: 1 job(s) in {alone}" in taken
 
 
 def test_the_jobs_get_the_configs_hydra_composes_itself(tmp_path, monkeypatch):
