@@ -22,6 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 # threads made a tiny run's training ~35% slower on a busy 2-core machine. OMP_NUM_THREADS=N
 # in the environment still overrides it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Before its first CPU compile, Inductor checks that the vector instructions /proc/cpuinfo lists
+# really build and load, by compiling a probe program with the C++ compiler: 5.6 s on a 2-core
+# machine with an empty cache (CI's every run). The tests take the CPU's word for it; the kernels
+# Inductor then builds are compiled and checked by the tests themselves.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # pytest-xdist's workers start with COLUMNS=80 and LINES=24 (a single process has neither): posx
 # fits its output to COLUMNS where it is set, so a test would see a terminal under `make test`
 # and a pipe alone. Every test starts as a pipe; one that wants a width sets it.
