@@ -12,6 +12,10 @@ directory and the environment (Hydra records both); the config files are not re-
 why the memo lives for one launch only. A compose is always made with Hydra's check of the
 sweep overrides, so a later call that asks for the check gets a checked config; when the check
 fails, the call that did not ask for it composes without it, as Hydra would.
+
+A config is held until it is used once more (~180 kB each), and at most :data:`HELD` at a time:
+a sweep of more jobs checks its batch before launching any, so only its last jobs' configs are
+still held when the launcher comes to them; the others are composed again, as Hydra would.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+HELD = 64  # configs held at a time
 
 # Hydra 1.3's signature; another one is composed as Hydra does, without the memo
 _PARAMETERS = (
@@ -55,15 +61,18 @@ def composes_shared() -> Iterator[None]:
     ) -> Any:
         key = (id(self), config_name, tuple(overrides), run_mode, from_shell, os.getcwd(),
                tuple(sorted(os.environ.items())))  # fmt: skip
-        if key not in memo:
-            try:
-                cfg = original(self, config_name, overrides, run_mode, from_shell, True)
-            except Exception:
-                if validate_sweep_overrides:
-                    raise
-                return original(self, config_name, overrides, run_mode, from_shell, False)
-            memo[key] = (self, cfg)  # the loader is kept alive, so its id names only it
-        return copy.deepcopy(memo[key][1])
+        if key in memo:
+            return memo.pop(key)[1]  # its second use: nothing else asks for it
+        try:
+            cfg = original(self, config_name, overrides, run_mode, from_shell, True)
+        except Exception:
+            if validate_sweep_overrides:
+                raise
+            return original(self, config_name, overrides, run_mode, from_shell, False)
+        memo[key] = (self, copy.deepcopy(cfg))  # the loader is kept, so its id names only it
+        if len(memo) > HELD:
+            del memo[next(iter(memo))]  # the oldest
+        return cfg
 
     ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
     try:

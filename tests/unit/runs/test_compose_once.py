@@ -11,7 +11,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from posx.runs import launch
+from posx.runs import compose_once, launch
 from posx.runs.compose_once import composes_shared
 from tests.conftest import TINY, run_in_process
 
@@ -69,10 +69,15 @@ def test_the_sweep_directory_is_named_first_and_summed_up_last(tmp_path):
     assert "sweep directory:" not in taken and f"sweep done: 1 job(s) in {alone}" in taken
 
 
-def test_the_jobs_get_the_configs_hydra_composes_itself(tmp_path, monkeypatch):
+@pytest.mark.parametrize("held", [compose_once.HELD, 1])
+def test_the_jobs_get_the_configs_hydra_composes_itself(tmp_path, monkeypatch, composes, held):
     """The same sweep without the memo (and without posx naming hydra.mode: Hydra appends it
-    itself) writes the same configs, Hydra's record included."""
+    itself) writes the same configs, Hydra's record included; so does a sweep of more jobs
+    than the memo holds (each job's config is composed again for its launch, as Hydra does)."""
+    monkeypatch.setattr(compose_once, "HELD", held)
     shared = _sweep(tmp_path / "shared")
+    jobs = [o[1] for mode, o in composes if mode == "RUN" and o[0] == "hydra.mode=MULTIRUN"]
+    assert jobs == ["encoding=nope", "encoding=rope"] * (2 if held == 1 else 1)
     monkeypatch.setattr(launch, "composes_shared", contextlib.nullcontext)
     monkeypatch.setattr(launch, "override_key", lambda o: "hydra.mode")  # "already given"
     alone = _sweep(tmp_path / "alone")
