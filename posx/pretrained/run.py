@@ -34,7 +34,7 @@ from posx.pretrained.scaling import rope_parameters
 from posx.pretrained.text import held_out_bytes, tokenize_held_out
 from posx.pretrained.track import recorded_loggers, send_rows
 from posx.report.data import tokenizer_unit
-from posx.runtime.distributed import World, init_process_group, pick_device, world
+from posx.runtime.distributed import World, init_process_group, leave, pick_device, world
 from posx.runtime.outcomes import together
 from posx.storage.results import SCHEMA_VERSION, check_writable, merge_rows, write_json
 
@@ -198,18 +198,18 @@ def evaluate_pretrained(
         info["logger"] = chosen
     ident = _ident(info, loaded, values)
     rows = [{**ident, **r} for r in rows]
-    if not w.is_main:  # under torchrun the first process writes
-        return run, rows
-    run.mkdir(parents=True, exist_ok=True)
-    write_json(run / "run.json", info)
-    merge_rows(run / "eval.csv", rows, ROW_KEYS)
-    merge_rows(
-        run / "eval_positions.csv", [{**ident, **b} for b in buckets], ROW_KEYS, replaces=rows
-    )
-    if said:
-        merge_rows(run / GENERATIONS, said, GENERATION_KEYS)
-    for problem in send_rows(run, info, rows, chosen, request.sweep_dir):
-        (on_warning or _warn)(problem)
+    with together(w):  # under torchrun the first process writes; its failure is every one's
+        if w.is_main:
+            run.mkdir(parents=True, exist_ok=True)
+            write_json(run / "run.json", info)
+            merge_rows(run / "eval.csv", rows, ROW_KEYS)
+            positions = [{**ident, **b} for b in buckets]
+            merge_rows(run / "eval_positions.csv", positions, ROW_KEYS, replaces=rows)
+            if said:
+                merge_rows(run / GENERATIONS, said, GENERATION_KEYS)
+            for problem in send_rows(run, info, rows, chosen, request.sweep_dir):
+                (on_warning or _warn)(problem)
+    leave(w)  # all together: a process that exits with the group open can abort on the way out
     return run, rows
 
 

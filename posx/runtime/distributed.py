@@ -115,3 +115,16 @@ def barrier(w: World) -> None:
     """Waits until every rank reaches this point; does nothing in a single process."""
     if w.distributed:
         dist.barrier()
+
+
+def leave(w: World) -> None:
+    """Every rank is done with the others: waits for them, then leaves the process group (a
+    later :func:`init_process_group` joins a new one).
+
+    A process that exits with its gloo group still open can abort on the way out ("terminate
+    called without an active exception": the group's threads are torn down while in use), and
+    torchrun then reports a failure after the work succeeded. Does nothing in a single process.
+    """
+    if w.distributed and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

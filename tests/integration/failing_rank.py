@@ -25,5 +25,13 @@ def _failing_greedy(*args: Any, **kwargs: Any) -> Generate:
 
 
 if __name__ == "__main__":
+    import sys
+
+    import torch.distributed as dist
+
     run.greedy = _failing_greedy
-    main()
+    try:
+        main()
+    finally:  # a process still in its group when it exits can abort on the way out
+        print(f"rank {os.environ.get('RANK')} in its process group at exit: "
+              f"{dist.is_initialized()}", file=sys.stderr)  # fmt: skip

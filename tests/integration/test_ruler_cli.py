@@ -204,7 +204,8 @@ def test_one_process_failing_fails_the_rows_in_every_process(models, tmp_path):
     """torchrun --nproc_per_node 2 on gloo, rank 1's generation out of memory: both processes
     finish within the timeout (before, rank 1 skipped the gather and rank 0 waited in it), and
     rank 0 writes each task's ``failed`` row naming rank 1, as one process writes its own
-    failure."""
+    failure. Each process has left the process group when it exits: one that had not could
+    abort on its way out (SIGABRT, torchrun's exit 1 after the work was done)."""
     import os
     import subprocess
     import sys
@@ -222,6 +223,8 @@ def test_one_process_failing_fails_the_rows_in_every_process(models, tmp_path):
     proc = subprocess.run([sys.executable, *launch, *args], env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):  # each left the group with the others (else it can abort at exit)
+        assert f"rank {rank} in its process group at exit: False" in proc.stderr, proc.stderr
     (run,) = (root / "pretrained").iterdir()
     rows = pd.read_csv(run / "eval.csv", keep_default_na=False)
     assert list(rows["task"]) == ["ruler/niah_single_1", "ruler/vt", "ruler/average"]

@@ -44,7 +44,7 @@ from posx.pretrained.extend.train import (
 )
 from posx.pretrained.request import DEFAULTS, Request, check_values
 from posx.pretrained.run import evaluate_pretrained
-from posx.runtime.distributed import World, barrier, init_process_group
+from posx.runtime.distributed import World, init_process_group, leave
 from posx.runtime.outcomes import together
 from posx.storage.results import check_writable, write_csv, write_json
 
@@ -224,9 +224,7 @@ def _stopped(run: Path, record: dict[str, Any], world: World, state: Path | None
 
 def _leave(world: World) -> None:
     """Every process is done training: the others leave, rank 0 goes on to evaluate."""
-    barrier(world)
-    if world.distributed:
-        torch.distributed.destroy_process_group()
+    leave(world)
 
 
 def _saved_dtype(source: load.Source) -> torch.dtype:
