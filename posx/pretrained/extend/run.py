@@ -172,7 +172,7 @@ def _carry_out(plan: Plan, run: Path, say: Say, resume: bool = False) -> Path:
                     "final_loss": rows[-1]["loss"] if rows else None}  # fmt: skip
             write_json(run / "run.json", done)
             shutil.rmtree(run / STATE_DIR, ignore_errors=True)
-    _leave(world)
+    leave(world)  # every process is done training: the others go, rank 0 goes on to evaluate
     return run
 
 
@@ -220,11 +220,6 @@ def _stopped(run: Path, record: dict[str, Any], world: World, state: Path | None
     if world.is_main:
         step = int(state.name.split("_")[-1]) if state is not None else 0
         write_json(run / "run.json", {**record, "status": "interrupted", "step": step})
-
-
-def _leave(world: World) -> None:
-    """Every process is done training: the others leave, rank 0 goes on to evaluate."""
-    leave(world)
 
 
 def _saved_dtype(source: load.Source) -> torch.dtype:
